@@ -1,0 +1,29 @@
+# Two entry points, both self-installing on a fresh machine:
+#   make demo   - synthesize speech with the built-in tiny checkpoint (the server comes in a later release)
+#   make test   - lint + the whole test suite (oracle venv included)
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TORCH := torch==2.13.0
+
+.PHONY: setup demo test lint clean
+
+$(VENV)/.installed: pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh $(PYTHON) $(VENV) $(TORCH)
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/voicewire synth --model tiny --text "Hello from voicewire." --out demo.wav
+	@echo "wrote demo.wav (tiny random checkpoint: it exercises the pipeline, it does not speak words)"
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: setup lint
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) demo.wav

@@ -1,0 +1,1 @@
+"""voicewire.engine: Qwen3-TTS in PyTorch (model, checkpoint loading, generation)."""

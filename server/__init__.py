@@ -1,0 +1,1 @@
+"""voicewire.server: the CLI now; the Starlette app and protocol later."""
