@@ -1,0 +1,252 @@
+"""Random checkpoints in the exact published Qwen3-TTS layout (`voicewire make-checkpoint`).
+
+`tiny` is small enough for CPU tests; `0.6b` and `1.7b` have the real sizes, for speed work.
+The weights are random but scaled (fan-in linears, unit-variance embeddings, random codebooks)
+so that the audio is not near-silent and depends on the text; see DESIGN.md §2.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from voicewire.engine.checkpoint import save_tensors, write_json
+
+log = logging.getLogger(__name__)
+
+VARIANTS = ("base", "custom_voice", "voice_design")
+SIZES = ("tiny", "0.6b", "1.7b")
+
+# Codec control ids as released (DESIGN.md §2).
+CODEC_IDS = {
+    "codec_pad_id": 2148,
+    "codec_bos_id": 2149,
+    "codec_eos_token_id": 2150,
+    "codec_think_id": 2154,
+    "codec_nothink_id": 2155,
+    "codec_think_bos_id": 2156,
+    "codec_think_eos_id": 2157,
+}
+TEXT_IDS = {
+    "im_start_token_id": 151644,
+    "im_end_token_id": 151645,
+    "tts_pad_token_id": 151671,
+    "tts_bos_token_id": 151672,
+    "tts_eos_token_id": 151673,
+}
+TEXT_VOCAB_SIZE = 151936
+
+LANGUAGES = {
+    "chinese": 2055,
+    "english": 2050,
+    "german": 2053,
+    "italian": 2070,
+    "portuguese": 2071,
+    "spanish": 2054,
+    "japanese": 2058,
+    "korean": 2064,
+    "french": 2061,
+    "russian": 2069,
+    "beijing_dialect": 2074,
+    "sichuan_dialect": 2062,
+}
+SPEAKERS = {"vivian": 3065, "serena": 3066, "ryan": 3061, "aiden": 2861, "eric": 2875, "dylan": 2878}
+DIALECT_SPEAKERS = {"eric": "sichuan_dialect", "dylan": "beijing_dialect"}
+
+# (talker hidden, talker mlp, talker layers, heads, kv heads, head_dim, text hidden,
+#  predictor hidden, predictor mlp, predictor layers)
+_TALKER_SHAPES = {
+    "tiny": (64, 128, 2, 4, 2, 16, 32, 48, 96, 2),
+    "0.6b": (1024, 3072, 28, 16, 8, 128, 2048, 1024, 3072, 5),
+    "1.7b": (2048, 6144, 28, 16, 8, 128, 2048, 1024, 3072, 5),
+}
+
+
+def talker_config(size: str, variant: str) -> dict[str, Any]:
+    hidden, mlp, layers, heads, kv, head_dim, text_hidden, p_hidden, p_mlp, p_layers = _TALKER_SHAPES[size]
+    half = head_dim // 2
+    # mrope sections split the rotary half-dim in three; positions are equal on all rows.
+    section = [half - 2 * (half * 5 // 16), half * 5 // 16, half * 5 // 16]
+    rope = {"interleaved": True, "mrope_section": section, "rope_type": "default", "type": "default"}
+    predictor = {
+        "model_type": "qwen3_tts_talker_code_predictor",
+        "vocab_size": 2048,
+        "hidden_size": p_hidden,
+        "intermediate_size": p_mlp,
+        "num_hidden_layers": p_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": 65536,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "use_sliding_window": False,
+        "num_code_groups": 16,
+    }
+    cfg: dict[str, Any] = {
+        "model_type": "qwen3_tts_talker",
+        "code_predictor_config": predictor,
+        "vocab_size": 3072,
+        "hidden_size": hidden,
+        "intermediate_size": mlp,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000,
+        "rope_scaling": rope,
+        "attention_bias": False,
+        "use_sliding_window": False,
+        "num_code_groups": 16,
+        "text_hidden_size": text_hidden,
+        "text_vocab_size": TEXT_VOCAB_SIZE,
+        **CODEC_IDS,
+        "codec_language_id": dict(LANGUAGES),
+        "spk_id": dict(SPEAKERS) if variant == "custom_voice" else {},
+        "spk_is_dialect": {n: DIALECT_SPEAKERS.get(n, False) for n in SPEAKERS}
+        if variant == "custom_voice"
+        else {},
+    }
+    return cfg
+
+
+def speaker_encoder_config(size: str, talker_hidden: int) -> dict[str, Any]:
+    if size == "tiny":
+        channels, attention, scale, se = [32, 32, 32, 32, 96], 16, 4, 16
+    else:
+        channels, attention, scale, se = [512, 512, 512, 512, 1536], 128, 8, 128
+    return {
+        "mel_dim": 128,
+        "enc_dim": talker_hidden,
+        "enc_channels": channels,
+        "enc_kernel_sizes": [5, 3, 3, 3, 1],
+        "enc_dilations": [1, 2, 3, 4, 1],
+        "enc_attention_channels": attention,
+        "enc_res2net_scale": scale,
+        "enc_se_channels": se,
+        "sample_rate": 24000,
+    }
+
+
+def model_config(size: str, variant: str) -> dict[str, Any]:
+    talker = talker_config(size, variant)
+    cfg: dict[str, Any] = {
+        "architectures": ["Qwen3TTSForConditionalGeneration"],
+        "model_type": "qwen3_tts",
+        "tokenizer_type": "qwen3_tts_tokenizer_12hz",
+        "tts_model_size": {"tiny": "0b6", "0.6b": "0b6", "1.7b": "1b7"}[size],
+        "tts_model_type": variant,
+        **TEXT_IDS,
+        "talker_config": talker,
+        "torch_dtype": "float32" if size == "tiny" else "bfloat16",
+    }
+    if variant == "base":
+        cfg["speaker_encoder_config"] = speaker_encoder_config(size, talker["hidden_size"])
+    return cfg
+
+
+GENERATION_CONFIG = {
+    "do_sample": True,
+    "repetition_penalty": 1.05,
+    "temperature": 0.9,
+    "top_p": 1.0,
+    "top_k": 50,
+    "subtalker_dosample": True,
+    "subtalker_temperature": 0.9,
+    "subtalker_top_k": 50,
+    "subtalker_top_p": 1.0,
+    "max_new_tokens": 8192,
+}
+
+
+# --- speech_tokenizer/ (the codec) ---------------------------------------------------------
+# encoder_config is a Mimi config (owned by codec_encoder.py); decoder_config by codec_decoder.py.
+
+
+def codec_encoder_config(size: str) -> dict[str, Any]:
+    raise NotImplementedError("filled in with codec_encoder.py")
+
+
+def codec_decoder_config(size: str) -> dict[str, Any]:
+    raise NotImplementedError("filled in with codec_decoder.py")
+
+
+def speech_tokenizer_config(size: str) -> dict[str, Any]:
+    return {
+        "architectures": ["Qwen3TTSTokenizerV2Model"],
+        "model_type": "qwen3_tts_tokenizer_12hz",
+        "encoder_config": codec_encoder_config(size),
+        "decoder_config": codec_decoder_config(size),
+        "encoder_valid_num_quantizers": 16,
+        "input_sample_rate": 24000,
+        "output_sample_rate": 24000,
+        "decode_upsample_rate": 1920,
+        "encode_downsample_rate": 1920,
+    }
+
+
+def _prefixed(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {f"{prefix}.{name}": t for name, t in tensors.items()}
+
+
+def make_checkpoint(folder: str | Path, variant: str, size: str = "tiny", seed: int = 0) -> Path:
+    """Write a random checkpoint of `variant` and `size` into `folder`; returns the folder."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; allowed: {', '.join(VARIANTS)}")
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; allowed: {', '.join(SIZES)}")
+    from voicewire.engine import codec_decoder, codec_encoder, speaker_encoder, talker, text_tokenizer
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator().manual_seed(seed)
+
+    cfg = model_config(size, variant)
+    write_json(folder / "config.json", cfg)
+    write_json(folder / "generation_config.json", GENERATION_CONFIG)
+    model = talker.Talker(talker.TalkerConfig.from_dict(cfg["talker_config"]))
+    talker.random_init_(model, gen)
+    tensors = _prefixed("talker", model.state_dict())
+    if variant == "base":
+        spk = speaker_encoder.SpeakerEncoder(
+            speaker_encoder.SpeakerEncoderConfig.from_dict(cfg["speaker_encoder_config"])
+        )
+        speaker_encoder.random_init_(spk, gen)
+        tensors.update(_prefixed("speaker_encoder", spk.state_dict()))
+    save_tensors(folder / "model.safetensors", tensors)
+    text_tokenizer.write_tiny_tokenizer(folder)
+
+    codec_dir = folder / "speech_tokenizer"
+    codec_cfg = speech_tokenizer_config(size)
+    write_json(codec_dir / "config.json", codec_cfg)
+    write_json(codec_dir / "preprocessor_config.json", codec_encoder.PREPROCESSOR_CONFIG)
+    enc = codec_encoder.CodecEncoder(codec_encoder.CodecEncoderConfig.from_dict(codec_cfg["encoder_config"]))
+    codec_encoder.random_init_(enc, gen)
+    dec = codec_decoder.CodecDecoder(codec_decoder.CodecDecoderConfig.from_dict(codec_cfg["decoder_config"]))
+    codec_decoder.random_init_(dec, gen)
+    save_tensors(
+        codec_dir / "model.safetensors",
+        {**_prefixed("encoder", enc.state_dict()), **_prefixed("decoder", dec.state_dict())},
+    )
+    log.info("wrote a random %s %s checkpoint to %s", size, variant, folder)
+    return folder
+
+
+def builtin_tiny_checkpoint(variant: str = "custom_voice") -> Path:
+    """The built-in tiny checkpoint, made once (seeded, so always the same) under the cache folder."""
+    root = Path(os.environ.get("VOICEWIRE_CACHE", Path.home() / ".cache" / "voicewire"))
+    folder = root / f"tiny-{variant}-v1"
+    if not (folder / ".complete").exists():
+        make_checkpoint(folder, variant, "tiny", seed=0)
+        (folder / ".complete").touch()
+    return folder
