@@ -1,7 +1,116 @@
+"""The `voicewire` command: synth (offline synthesis) and make-checkpoint."""
+
+from __future__ import annotations
+
 import argparse
+import logging
+import sys
+from pathlib import Path
+
+log = logging.getLogger("voicewire")
+
+
+def _synth(args: argparse.Namespace) -> int:
+    import numpy as np
+    import soundfile as sf
+
+    from voicewire.engine.model import Qwen3TTS, SynthesisRequest
+
+    model = Qwen3TTS.load(args.model, device=args.device, dtype=args.dtype)
+    if model.is_builtin_tiny:
+        log.warning("model 'tiny' is a random checkpoint: it exercises the pipeline but does not speak words")
+    ref_audio = None
+    if args.ref_audio is not None:
+        ref_audio = sf.read(args.ref_audio, dtype="float32", always_2d=False)
+    speaker_embedding = np.load(args.speaker_embedding) if args.speaker_embedding else None
+    request = SynthesisRequest(
+        text=args.text,
+        speaker=args.speaker,
+        language=args.language,
+        instruct=args.instruct,
+        ref_audio=ref_audio,
+        ref_text=args.ref_text,
+        speaker_embedding=speaker_embedding,
+        layout=args.layout,
+        greedy=args.greedy,
+        seed=args.seed,
+        max_frames=args.max_frames,
+    )
+    result = model.synthesize(request)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(args.out, result.audio, result.sample_rate, subtype="PCM_16")
+    if args.codes_out is not None:
+        np.save(args.codes_out, result.codes)
+    log.info(
+        "wrote %s: %d frames, %.2f s of audio",
+        args.out,
+        result.codes.shape[0],
+        len(result.audio) / result.sample_rate,
+    )
+    return 0
+
+
+def _make_checkpoint(args: argparse.Namespace) -> int:
+    from voicewire.engine.tiny import make_checkpoint
+
+    make_checkpoint(args.dir, args.variant, args.size, seed=args.seed)
+    log.info("wrote %s checkpoint (%s) to %s", args.variant, args.size, args.dir)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="voicewire", description="Real-time streaming TTS for Qwen3-TTS.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    synth = sub.add_parser("synth", help="synthesize one utterance to a WAV file")
+    synth.add_argument("--model", required=True, help="checkpoint folder, Hugging Face repo id, or 'tiny'")
+    synth.add_argument("--text", required=True)
+    synth.add_argument("--speaker", help="named speaker (CustomVoice checkpoints)")
+    synth.add_argument("--language", default="auto", help="language name as in config.json, or 'auto'")
+    synth.add_argument("--instruct", help="style instruction (VoiceDesign, CustomVoice 1.7B)")
+    synth.add_argument("--ref-audio", type=Path, help="reference audio to clone (Base checkpoints)")
+    synth.add_argument("--ref-text", help="transcript of --ref-audio: clones in context")
+    synth.add_argument("--speaker-embedding", type=Path, help=".npy x-vector to use instead of --ref-audio")
+    synth.add_argument(
+        "--layout",
+        choices=["non_streaming", "dual_track"],
+        help="text layout (default: the official default for the checkpoint's variant)",
+    )
+    mode = synth.add_mutually_exclusive_group()
+    mode.add_argument("--greedy", action="store_true", help="deterministic greedy decoding")
+    mode.add_argument("--seed", type=int, help="seed for sampling")
+    synth.add_argument("--max-frames", type=int, help="cap on generated frames (EOS may stop earlier)")
+    synth.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    synth.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    synth.add_argument("--out", type=Path, required=True, help="output WAV (24 kHz mono)")
+    synth.add_argument("--codes-out", type=Path, help="write the codes as .npy, shape [frames, 16]")
+    synth.set_defaults(func=_synth)
+
+    make = sub.add_parser("make-checkpoint", help="write a random checkpoint in the published layout")
+    make.add_argument("dir", type=Path)
+    make.add_argument("--variant", required=True, choices=["base", "custom_voice", "voice_design"])
+    make.add_argument("--size", default="tiny", choices=["tiny", "0.6b", "1.7b"])
+    make.add_argument("--seed", type=int, default=0)
+    make.set_defaults(func=_make_checkpoint)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="voicewire")
-    parser.parse_args(argv)
-    return 0
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from voicewire.engine.checkpoint import CheckpointError
+
+    try:
+        return args.func(args)
+    except (CheckpointError, ValueError, FileNotFoundError) as exc:
+        # User-facing failures: one clear line, no traceback.
+        log.error("voicewire %s: %s", args.command, exc)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
