@@ -109,7 +109,7 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"missing weights file {path}")
     try:
         with safe_open(str(path), framework="pt") as f:
-            return {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (safe_open has no iterator)
+            return {name: f.get_tensor(name) for name in f.keys()}
     except Exception as exc:  # safetensors raises its own error types for corrupt headers
         raise CheckpointError(f"cannot read {path}: {exc}") from exc
 

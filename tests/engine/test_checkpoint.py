@@ -71,7 +71,9 @@ def test_bad_json_is_readable(tmp_path: Path) -> None:
         checkpoint.read_json(tmp_path / "config.json")
 
 
-def test_unreachable_hub_id_names_what_was_looked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_hub_id_names_what_was_looked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     import huggingface_hub.constants
