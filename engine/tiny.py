@@ -178,7 +178,50 @@ def codec_encoder_config(size: str) -> dict[str, Any]:
 
 
 def codec_decoder_config(size: str) -> dict[str, Any]:
-    raise NotImplementedError("filled in with codec_decoder.py")
+    # 0.6b and 1.7b share the released speech tokenizer; these are its config.json numbers
+    # (the config class defaults differ: hidden 1024 / MLP 3072, and codebook_dim has none).
+    cfg: dict[str, Any] = {
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "latent_dim": 1024,
+        "codebook_dim": 512,
+        "codebook_size": 2048,
+        "decoder_dim": 1536,
+        "hidden_act": "silu",
+        "hidden_size": 512,
+        "intermediate_size": 1024,
+        "layer_scale_initial_scale": 0.01,
+        "max_position_embeddings": 8000,
+        "head_dim": 64,
+        "num_attention_heads": 16,
+        "num_hidden_layers": 8,
+        "num_key_value_heads": 16,
+        "num_quantizers": 16,
+        "num_semantic_quantizers": 1,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000,
+        "semantic_codebook_size": 4096,
+        "sliding_window": 72,
+        "upsample_rates": [8, 5, 4, 3],
+        "upsampling_ratios": [2, 2],
+        "vector_quantization_hidden_dimension": 512,
+    }
+    if size == "tiny":
+        # Same codebooks, window and upsampling (1920 samples a frame), small widths; 4 heads
+        # over 2 KV heads so grouped-query attention is exercised.
+        cfg.update(
+            latent_dim=32,
+            codebook_dim=32,
+            decoder_dim=64,
+            hidden_size=32,
+            intermediate_size=64,
+            head_dim=8,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_hidden_layers=2,
+            vector_quantization_hidden_dimension=32,
+        )
+    return cfg
 
 
 def speech_tokenizer_config(size: str) -> dict[str, Any]:

@@ -1,0 +1,508 @@
+"""The codec decoder (speech_tokenizer `decoder.*`): 16 codes per frame -> 1920 samples at 24 kHz.
+
+RVQ dequantize -> causal conv -> sliding-window transformer -> 2x2 transposed-conv upsampling with
+ConvNeXt blocks -> SnakeBeta/conv decoder blocks (x8, x5, x4, x3) -> samples clamped to ±1.
+
+Everything is causal, so decoding runs incrementally: `decode_step` takes any number of new frames
+per stream and returns exactly their samples, carrying per-stream context in a `CodecDecoderState`
+(the last 71 keys/values of every attention layer, the left context of every causal conv, the last
+input frame of every overlapping transposed conv). A full decode is one step on a fresh state.
+Codes are frame-major, `[B, T, 16]`, as the talker emits them and as `Qwen3TTSTokenizer.decode` takes them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from voicewire.engine.checkpoint import CheckpointError, load_into, read_json, read_safetensors, take_prefix
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CodecDecoderConfig:
+    """The `decoder_config` section of speech_tokenizer/config.json."""
+
+    codebook_size: int
+    codebook_dim: int
+    latent_dim: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    sliding_window: int
+    num_quantizers: int
+    num_semantic_quantizers: int
+    upsample_rates: tuple[int, ...]
+    upsampling_ratios: tuple[int, ...]
+    decoder_dim: int
+    attention_bias: bool
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CodecDecoderConfig:
+        required = (
+            "codebook_size codebook_dim latent_dim hidden_size intermediate_size num_hidden_layers "
+            "num_attention_heads num_key_value_heads rms_norm_eps rope_theta sliding_window "
+            "num_quantizers upsample_rates upsampling_ratios decoder_dim"
+        ).split()
+        missing = [k for k in required if k not in d]
+        if missing:
+            raise CheckpointError(f"decoder_config lacks {', '.join(missing)}")
+        if d.get("hidden_act", "silu") != "silu":
+            raise CheckpointError(
+                f"decoder_config hidden_act {d['hidden_act']!r} is not supported (only silu)"
+            )
+        return cls(
+            codebook_size=int(d["codebook_size"]),
+            codebook_dim=int(d["codebook_dim"]),
+            latent_dim=int(d["latent_dim"]),
+            hidden_size=int(d["hidden_size"]),
+            intermediate_size=int(d["intermediate_size"]),
+            num_hidden_layers=int(d["num_hidden_layers"]),
+            num_attention_heads=int(d["num_attention_heads"]),
+            num_key_value_heads=int(d["num_key_value_heads"]),
+            head_dim=int(d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"]),
+            rms_norm_eps=float(d["rms_norm_eps"]),
+            rope_theta=float(d["rope_theta"]),
+            sliding_window=int(d["sliding_window"]),
+            num_quantizers=int(d["num_quantizers"]),
+            # The official decoder hard-codes one semantic quantizer (`rvq_first`).
+            num_semantic_quantizers=int(d.get("num_semantic_quantizers", 1)),
+            upsample_rates=tuple(int(r) for r in d["upsample_rates"]),
+            upsampling_ratios=tuple(int(r) for r in d["upsampling_ratios"]),
+            decoder_dim=int(d["decoder_dim"]),
+            attention_bias=bool(d.get("attention_bias", False)),
+        )
+
+    @property
+    def samples_per_frame(self) -> int:
+        return math.prod(self.upsample_rates + self.upsampling_ratios)
+
+
+@dataclass
+class CodecDecoderState:
+    """Per-stream decoding context for a batch of streams; row b is stream slot b.
+
+    Allocated once by `CodecDecoder.new_state`; `decode_step` updates it in place.
+    """
+
+    conv: list[Tensor]  # per conv slot: [B, C_in, left context]
+    keys: list[Tensor]  # per transformer layer: [B, kv_heads, window - 1, head_dim], after RoPE
+    values: list[Tensor]
+    pos: Tensor  # [B] int64: frames decoded so far (RoPE position and key validity)
+
+    def reset(self, rows: Tensor) -> None:
+        """Start the streams in `rows` (bool [B]) afresh; other rows are untouched. No host sync."""
+        for buf in (*self.conv, *self.keys, *self.values):
+            buf.masked_fill_(rows.view(-1, *([1] * (buf.dim() - 1))), 0)
+        self.pos.masked_fill_(rows, 0)
+
+
+# --- dequantizer ------------------------------------------------------------------------------
+
+
+class Codebook(nn.Module):
+    def __init__(self, size: int, dim: int) -> None:
+        super().__init__()
+        # Stored as EMA sums and counts; the entry is their ratio.
+        self.cluster_usage = nn.Parameter(torch.ones(size))
+        self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
+
+    def table(self) -> Tensor:
+        return self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None]
+
+
+class CodebookSlot(nn.Module):
+    def __init__(self, size: int, dim: int) -> None:
+        super().__init__()
+        self._codebook = Codebook(size, dim)
+
+
+class CodebookStack(nn.Module):
+    def __init__(self, count: int, size: int, dim: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(CodebookSlot(size, dim) for _ in range(count))
+
+
+class ResidualGroup(nn.Module):
+    """A group of residual codebooks summed, then projected to codebook_dim by a 1x1 conv."""
+
+    def __init__(self, count: int, size: int, dim: int, outer_dim: int) -> None:
+        super().__init__()
+        self.input_proj = nn.Conv1d(outer_dim, dim, 1, bias=False)  # encoder side; unused here
+        self.output_proj = nn.Conv1d(dim, outer_dim, 1, bias=False)
+        self.vq = CodebookStack(count, size, dim)
+
+    def forward(self, codes: Tensor) -> Tensor:
+        # codes [B, n, count] -> [B, outer_dim, n]
+        total = F.embedding(codes[..., 0], self.vq.layers[0]._codebook.table())
+        for k in range(1, len(self.vq.layers)):
+            total = total + F.embedding(codes[..., k], self.vq.layers[k]._codebook.table())
+        return self.output_proj(total.transpose(1, 2))
+
+
+class Quantizer(nn.Module):
+    def __init__(self, cfg: CodecDecoderConfig) -> None:
+        super().__init__()
+        half, q0 = cfg.codebook_dim // 2, cfg.num_semantic_quantizers
+        self.rvq_first = ResidualGroup(q0, cfg.codebook_size, half, cfg.codebook_dim)
+        self.rvq_rest = ResidualGroup(cfg.num_quantizers - q0, cfg.codebook_size, half, cfg.codebook_dim)
+        self.semantic = q0
+
+    def forward(self, codes: Tensor) -> Tensor:
+        return self.rvq_first(codes[..., : self.semantic]) + self.rvq_rest(codes[..., self.semantic :])
+
+
+# --- convolutions with carried left context -----------------------------------------------------
+
+
+class CausalConv(nn.Module):
+    """Conv1d (stride 1) over [left context, x]; the context is zeros at stream start."""
+
+    def __init__(self, c_in: int, c_out: int, kernel: int, dilation: int = 1, groups: int = 1) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(c_in, c_out, kernel, dilation=dilation, groups=groups)
+        self.context = (kernel - 1) * dilation
+        self.slot = -1  # index into CodecDecoderState.conv, set by CodecDecoder
+
+    def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
+        if self.context == 0:
+            return self.conv(x)
+        buf = state.conv[self.slot]
+        full = torch.cat([buf, x], dim=-1)
+        buf.copy_(full[..., -self.context :])
+        return self.conv(full)
+
+
+class CausalTransConv(nn.Module):
+    """ConvTranspose1d whose output is cut to n * stride per n inputs (the official right trim).
+
+    Output block i also receives the kernel tail of input i-1, so the last input frames are carried.
+    """
+
+    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int) -> None:
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(c_in, c_out, kernel, stride=stride)
+        self.stride = stride
+        self.context = -(-(kernel - stride) // stride)
+        self.slot = -1
+
+    def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
+        n = x.shape[-1]
+        if self.context == 0:
+            return self.conv(x)
+        buf = state.conv[self.slot]
+        full = torch.cat([buf, x], dim=-1)
+        buf.copy_(full[..., -self.context :])
+        start = self.context * self.stride
+        return self.conv(full)[..., start : start + n * self.stride]
+
+
+class SnakeBeta(nn.Module):
+    """x + sin²(x·e^alpha) / e^beta, per channel (alpha and beta stored as logs)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: Tensor, state: CodecDecoderState | None = None) -> Tensor:
+        alpha = self.alpha.exp()[None, :, None]
+        beta = self.beta.exp()[None, :, None]
+        return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
+
+
+class ConvNeXtBlock(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dwconv = CausalConv(dim, dim, 7, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
+
+    def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
+        h = self.dwconv(x, state).transpose(1, 2)  # [B, n, C]
+        h = self.pwconv2(self.act(self.pwconv1(self.norm(h))))
+        return x + (self.gamma * h).transpose(1, 2)
+
+
+class ResidualUnit(nn.Module):
+    def __init__(self, dim: int, dilation: int) -> None:
+        super().__init__()
+        self.act1 = SnakeBeta(dim)
+        self.conv1 = CausalConv(dim, dim, 7, dilation=dilation)
+        self.act2 = SnakeBeta(dim)
+        self.conv2 = CausalConv(dim, dim, 1)
+
+    def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
+        return x + self.conv2(self.act2(self.conv1(self.act1(x), state)), state)
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, c_in: int, c_out: int, rate: int) -> None:
+        super().__init__()
+        units = [ResidualUnit(c_out, d) for d in (1, 3, 9)]
+        self.block = nn.ModuleList([SnakeBeta(c_in), CausalTransConv(c_in, c_out, 2 * rate, rate), *units])
+
+    def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
+        for layer in self.block:
+            x = layer(x, state)
+        return x
+
+
+# --- sliding-window transformer -----------------------------------------------------------------
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((dim,), 0.01))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.scale * x
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    # NeoX rotary: halves, not interleaved pairs. cos/sin [B, 1, n, head_dim].
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: CodecDecoderConfig) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        )
+        q_dim, kv_dim = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, q_dim, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, kv_dim, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, kv_dim, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(q_dim, cfg.hidden_size, bias=cfg.attention_bias)
+
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, key_cache: Tensor, value_cache: Tensor
+    ) -> Tensor:
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        # [B, kv_heads, window - 1 + n, head_dim]: the carried window, then this chunk.
+        k_all = torch.cat([key_cache, k], dim=2)
+        v_all = torch.cat([value_cache, v], dim=2)
+        key_cache.copy_(k_all[:, :, -key_cache.shape[2] :])
+        value_cache.copy_(v_all[:, :, -value_cache.shape[2] :])
+        if self.heads != self.kv_heads:
+            k_all = k_all.repeat_interleave(self.heads // self.kv_heads, dim=1)
+            v_all = v_all.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: CodecDecoderConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, cfg: CodecDecoderConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn_layer_scale = LayerScale(cfg.hidden_size)
+        self.mlp_layer_scale = LayerScale(cfg.hidden_size)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, kc: Tensor, vc: Tensor) -> Tensor:
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, kc, vc))
+        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: CodecDecoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
+        self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
+
+    def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
+        # x [B, n, latent]; positions continue from state.pos per row.
+        n = x.shape[1]
+        dev, past = x.device, self.cfg.sliding_window - 1
+        steps = torch.arange(n, device=dev)
+        pos = state.pos[:, None] + steps  # [B, n]
+        dim = self.cfg.head_dim
+        inv_freq = 1.0 / (self.cfg.rope_theta ** (torch.arange(0, dim, 2, device=dev).float() / dim))
+        freqs = pos.float()[..., None] * inv_freq  # [B, n, head_dim / 2], float32 as upstream
+        emb = torch.cat([freqs, freqs], dim=-1)[:, None]
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        # Query i sees keys j (of past + n) with i <= j <= i + past, i.e. the 72 frames ending at
+        # itself, except keys before the stream start.
+        keys = torch.arange(past + n, device=dev)
+        band = (keys[None, :] >= steps[:, None]) & (keys[None, :] <= steps[:, None] + past)  # [n, past + n]
+        started = (state.pos[:, None] - past + keys) >= 0  # [B, past + n]
+        mask = (band[None] & started[:, None])[:, None]  # [B, 1, n, past + n]
+        h = self.input_proj(x)
+        for layer, kc, vc in zip(self.layers, state.keys, state.values, strict=True):
+            h = layer(h, cos, sin, mask, kc, vc)
+        return self.output_proj(self.norm(h))
+
+
+# --- the decoder ----------------------------------------------------------------------------------
+
+
+class CodecDecoder(nn.Module):
+    """Codes `[B, T, num_quantizers]` (int64, 0..codebook_size-1) -> samples `[B, T * 1920]` in ±1."""
+
+    def __init__(self, cfg: CodecDecoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.quantizer = Quantizer(cfg)
+        self.pre_conv = CausalConv(cfg.codebook_dim, cfg.latent_dim, 3)
+        self.pre_transformer = Transformer(cfg)
+        self.upsample = nn.ModuleList(
+            nn.ModuleList(
+                [CausalTransConv(cfg.latent_dim, cfg.latent_dim, r, r), ConvNeXtBlock(cfg.latent_dim)]
+            )
+            for r in cfg.upsampling_ratios
+        )
+        dims = [cfg.decoder_dim // 2**i for i in range(len(cfg.upsample_rates) + 1)]
+        self.decoder = nn.ModuleList(
+            [
+                CausalConv(cfg.latent_dim, cfg.decoder_dim, 7),
+                *(DecoderBlock(dims[i], dims[i + 1], r) for i, r in enumerate(cfg.upsample_rates)),
+                SnakeBeta(dims[-1]),
+                CausalConv(dims[-1], 1, 7),
+            ]
+        )
+        self._contexts: list[CausalConv | CausalTransConv] = []
+        for m in self.modules():
+            if isinstance(m, CausalConv | CausalTransConv) and m.context > 0:
+                m.slot = len(self._contexts)
+                self._contexts.append(m)
+
+    def new_state(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> CodecDecoderState:
+        """Zeroed context for `batch` stream slots."""
+        cfg = self.cfg
+        conv = [
+            torch.zeros(batch, m.conv.in_channels, m.context, device=device, dtype=dtype)
+            for m in self._contexts
+        ]
+        shape = (batch, cfg.num_key_value_heads, cfg.sliding_window - 1, cfg.head_dim)
+        keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_hidden_layers)]
+        values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_hidden_layers)]
+        pos = torch.zeros(batch, device=device, dtype=torch.int64)
+        return CodecDecoderState(conv, keys, values, pos)
+
+    def decode_step(self, codes: Tensor, state: CodecDecoderState) -> Tensor:
+        """Decode the next `n` frames `[B, n, Q]` of every stream; returns their samples `[B, n * 1920]`."""
+        h = self.quantizer(codes)  # [B, codebook_dim, n]
+        h = self.pre_conv(h, state)
+        h = self.pre_transformer(h.transpose(1, 2), state).transpose(1, 2)  # [B, latent, n]
+        for trans_conv, block in self.upsample:
+            h = block(trans_conv(h, state), state)
+        for layer in self.decoder:
+            h = layer(h, state)
+        state.pos.add_(codes.shape[1])
+        return h[:, 0].clamp(-1.0, 1.0)
+
+    def forward(self, codes: Tensor) -> Tensor:
+        """Full decode of `[B, T, Q]` codes from the stream start: `[B, T * 1920]`."""
+        state = self.new_state(codes.shape[0], codes.device, self.pre_conv.conv.weight.dtype)
+        return self.decode_step(codes, state)
+
+
+def random_init_(module: CodecDecoder, gen: torch.Generator) -> None:
+    """Scaled random weights (DESIGN.md §2) so the audio is loud enough and depends on the codes."""
+
+    def normal(t: Tensor, std: float, mean: float = 0.0) -> None:
+        t.copy_(torch.randn(t.shape, generator=gen) * std + mean)
+
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.Linear | nn.Conv1d):
+                normal(m.weight, (m.weight[0].numel()) ** -0.5)
+            elif isinstance(m, nn.ConvTranspose1d):
+                # Each output sample sums c_in * kernel / stride products.
+                normal(m.weight, (m.in_channels * m.kernel_size[0] / m.stride[0]) ** -0.5)
+            elif isinstance(m, Codebook):
+                normal(m.embedding_sum, 1.0)
+                m.cluster_usage.copy_(torch.rand(m.cluster_usage.shape, generator=gen) + 0.5)
+                continue
+            elif isinstance(m, SnakeBeta):
+                # Frequencies around 1 and sin² terms around 0.5: non-linear, but gentle enough
+                # that float32 rounding does not grow through the 24 activations.
+                normal(m.alpha, 0.2)
+                normal(m.beta, 0.2, 0.7)
+            elif isinstance(m, RMSNorm | nn.LayerNorm):
+                normal(m.weight, 0.1, 1.0)
+            elif isinstance(m, LayerScale):
+                normal(m.scale, 0.1, 0.5)
+            elif isinstance(m, ConvNeXtBlock):
+                normal(m.gamma, 0.1, 0.5)
+            bias = getattr(m, "bias", None)
+            if isinstance(bias, nn.Parameter):
+                normal(bias, 0.05)
+        # Parents come before their children in modules(), so rescale in a second pass.
+        for m in module.modules():
+            if isinstance(m, ResidualGroup):
+                # A sum of `count` unit-variance entries; bring it back to unit variance.
+                m.output_proj.weight.mul_(len(m.vq.layers) ** -0.5)
+            elif isinstance(m, ResidualUnit):
+                # Three residual units per block would otherwise grow the signal ~3x per block.
+                m.conv2.conv.weight.mul_(0.3)
+        # Keep the output mostly inside ±1 rather than clipped.
+        module.decoder[-1].conv.weight.mul_(0.15)
+
+
+def load_codec_decoder(
+    speech_tokenizer_dir: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> CodecDecoder:
+    """The codec decoder of a checkpoint's speech_tokenizer/ folder, loaded strictly."""
+    folder = Path(speech_tokenizer_dir)
+    cfg = read_json(folder / "config.json")
+    if "decoder_config" not in cfg:
+        raise CheckpointError(f"{folder / 'config.json'} has no decoder_config")
+    decoder = CodecDecoder(CodecDecoderConfig.from_dict(cfg["decoder_config"]))
+    tensors = read_safetensors(folder / "model.safetensors")
+    load_into(decoder, take_prefix(tensors, "decoder"), f"{folder / 'model.safetensors'} (decoder.*)")
+    log.debug("loaded the codec decoder from %s", folder)
+    return decoder.to(device=device, dtype=dtype).eval()

@@ -1,0 +1,204 @@
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from voicewire.engine.checkpoint import CheckpointError, read_safetensors, save_tensors, write_json
+from voicewire.engine.codec_decoder import CodecDecoder, CodecDecoderConfig, load_codec_decoder, random_init_
+from voicewire.engine.tiny import codec_decoder_config
+
+FRAMES = 100  # past the 72-frame attention window
+SAMPLES = 1920
+
+
+def _speech_tokenizer(folder: Path) -> Path:
+    # A speech_tokenizer/ folder with our decoder and a tiny Mimi encoder config (no encoder
+    # weights; the official loader initialises those itself).
+    encoder = {
+        "hidden_size": 32,
+        "num_filters": 4,
+        "upsample_groups": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "intermediate_size": 64,
+        "codebook_dim": 32,
+        "vector_quantization_hidden_dimension": 32,
+        "num_quantizers": 16,
+        "frame_rate": 12.5,
+    }
+    write_json(
+        folder / "config.json",
+        {
+            "architectures": ["Qwen3TTSTokenizerV2Model"],
+            "model_type": "qwen3_tts_tokenizer_12hz",
+            "encoder_config": encoder,
+            "decoder_config": codec_decoder_config("tiny"),
+            "encoder_valid_num_quantizers": 16,
+            "input_sample_rate": 24000,
+            "output_sample_rate": 24000,
+            "decode_upsample_rate": 1920,
+            "encode_downsample_rate": 1920,
+        },
+    )
+    write_json(
+        folder / "preprocessor_config.json",
+        {
+            "feature_extractor_type": "EncodecFeatureExtractor",
+            "feature_size": 1,
+            "padding_side": "right",
+            "padding_value": 0.0,
+            "return_attention_mask": True,
+            "sampling_rate": 24000,
+        },
+    )
+    dec = CodecDecoder(CodecDecoderConfig.from_dict(codec_decoder_config("tiny")))
+    random_init_(dec, torch.Generator().manual_seed(7))
+    save_tensors(folder / "model.safetensors", {f"decoder.{n}": t for n, t in dec.state_dict().items()})
+    return folder
+
+
+@pytest.fixture(scope="module")
+def speech_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _speech_tokenizer(tmp_path_factory.mktemp("speech_tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def decoder(speech_dir: Path) -> CodecDecoder:
+    return load_codec_decoder(speech_dir, "cpu", torch.float32)
+
+
+@pytest.fixture(scope="module")
+def codes() -> torch.Tensor:
+    return torch.randint(0, 2048, (2, FRAMES, 16), generator=torch.Generator().manual_seed(3))
+
+
+@pytest.fixture(scope="module")
+def official(
+    oracle: Callable[..., str],
+    speech_dir: Path,
+    codes: torch.Tensor,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, object]:
+    work = tmp_path_factory.mktemp("codec_decode")
+    np.savez(work / "codes.npz", codes=codes.numpy())
+    out = work / "out.npz"
+    oracle("codec_decode.py", str(speech_dir), str(work / "codes.npz"), str(out))
+    names = json.loads((work / "out.npz.json").read_text())
+    return {"audio": torch.from_numpy(np.load(out)["audio"]), "names": names}
+
+
+@pytest.fixture(scope="module")
+def full(decoder: CodecDecoder, codes: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return decoder(codes)
+
+
+def test_config_sizes() -> None:
+    for size in ("tiny", "0.6b", "1.7b"):
+        cfg = CodecDecoderConfig.from_dict(codec_decoder_config(size))
+        assert cfg.samples_per_frame == SAMPLES
+        assert (cfg.codebook_size, cfg.num_quantizers, cfg.sliding_window) == (2048, 16, 72)
+    real = CodecDecoderConfig.from_dict(codec_decoder_config("0.6b"))
+    assert (real.hidden_size, real.latent_dim, real.codebook_dim, real.decoder_dim) == (512, 1024, 512, 1536)
+
+
+def test_random_init_is_seeded() -> None:
+    cfg = CodecDecoderConfig.from_dict(codec_decoder_config("tiny"))
+    a, b = CodecDecoder(cfg), CodecDecoder(cfg)
+    random_init_(a, torch.Generator().manual_seed(5))
+    random_init_(b, torch.Generator().manual_seed(5))
+    assert all(
+        torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
+
+
+def test_state_dict_matches_official_names(decoder: CodecDecoder, official: dict[str, object]) -> None:
+    ours = {n: list(t.shape) for n, t in decoder.state_dict().items()}
+    assert ours == official["names"]
+
+
+def test_full_decode_matches_official(full: torch.Tensor, official: dict[str, object]) -> None:
+    theirs = official["audio"]
+    assert isinstance(theirs, torch.Tensor)
+    assert full.shape == theirs.shape == (2, FRAMES * SAMPLES)
+    assert (full - theirs).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("chunks", [[1] * FRAMES, [2] * 50, [7] * 14 + [2], [25] * 4, [3, 1, 30, 5, 61]])
+def test_incremental_equals_full(
+    decoder: CodecDecoder, codes: torch.Tensor, full: torch.Tensor, chunks: list[int]
+) -> None:
+    state = decoder.new_state(2, "cpu", torch.float32)
+    out, start = [], 0
+    with torch.no_grad():
+        for n in chunks:
+            piece = decoder.decode_step(codes[:, start : start + n], state)
+            assert piece.shape == (2, n * SAMPLES)
+            out.append(piece)
+            start += n
+    assert (torch.cat(out, dim=1) - full).abs().max().item() < 1e-5
+
+
+def test_audio_is_loud_and_causal(decoder: CodecDecoder, codes: torch.Tensor, full: torch.Tensor) -> None:
+    rms = full.pow(2).mean(dim=1).sqrt()
+    assert (rms > 0.1).all(), rms
+    assert (full.abs() >= 1).float().mean() < 0.05  # mostly not clipped
+    changed = codes.clone()
+    changed[:, 60] = (changed[:, 60] + 1) % 2048
+    with torch.no_grad():
+        other = decoder(changed)
+    cut = 60 * SAMPLES
+    assert torch.equal(other[:, :cut], full[:, :cut])
+    assert (other[:, cut:] - full[:, cut:]).abs().mean() > 0.01
+
+
+def test_reset_gives_independent_streams(
+    decoder: CodecDecoder, codes: torch.Tensor, full: torch.Tensor
+) -> None:
+    first, second = codes[0], codes[1]
+    state = decoder.new_state(2, "cpu", torch.float32)
+    with torch.no_grad():
+        # Row 1 first decodes 40 frames of another stream, then is reset and starts `second`.
+        decoder.decode_step(torch.stack([first[:40], first[:40]]), state)
+        state.reset(torch.tensor([False, True]))
+        a = decoder.decode_step(torch.stack([first[40:70], second[:30]]), state)
+        b = decoder.decode_step(torch.stack([first[70:], second[30:60]]), state)
+    assert (a[0] - full[0, 40 * SAMPLES : 70 * SAMPLES]).abs().max() < 1e-5
+    assert (b[0] - full[0, 70 * SAMPLES :]).abs().max() < 1e-5
+    assert (torch.cat([a[1], b[1]]) - full[1, : 60 * SAMPLES]).abs().max() < 1e-5
+
+
+def _broken_copy(speech_dir: Path, folder: Path, edit: Callable[[dict[str, torch.Tensor]], None]) -> Path:
+    folder.mkdir()
+    (folder / "config.json").write_text((speech_dir / "config.json").read_text())
+    tensors = read_safetensors(speech_dir / "model.safetensors")
+    edit(tensors)
+    save_tensors(folder / "model.safetensors", tensors)
+    return folder
+
+
+def test_missing_tensor_is_reported(speech_dir: Path, tmp_path: Path) -> None:
+    name = "decoder.pre_transformer.layers.1.self_attn.k_proj.weight"
+    folder = _broken_copy(speech_dir, tmp_path / "missing", lambda t: t.pop(name))
+    with pytest.raises(
+        CheckpointError, match=r"missing 1 tensor\(s\): pre_transformer\.layers\.1\.self_attn\.k_proj"
+    ):
+        load_codec_decoder(folder)
+
+
+def test_misshaped_tensor_is_reported(speech_dir: Path, tmp_path: Path) -> None:
+    name = "decoder.quantizer.rvq_rest.vq.layers.3._codebook.embedding_sum"
+
+    def shrink(t: dict[str, torch.Tensor]) -> None:
+        t[name] = t[name][:1000]
+
+    folder = _broken_copy(speech_dir, tmp_path / "shape", shrink)
+    with pytest.raises(
+        CheckpointError, match=r"wrong shape .*layers\.3\._codebook\.embedding_sum: checkpoint \(1000, 16\)"
+    ):
+        load_codec_decoder(folder)
