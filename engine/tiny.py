@@ -174,7 +174,65 @@ GENERATION_CONFIG = {
 
 
 def codec_encoder_config(size: str) -> dict[str, Any]:
-    raise NotImplementedError("filled in with codec_encoder.py")
+    # The released encoder is Kyutai's Mimi as configured in its own config.json (the
+    # MimiConfig defaults), with `_frame_rate` 12.5: 32 quantizers, of which 16 are used.
+    cfg: dict[str, Any] = {
+        "model_type": "mimi",
+        "_frame_rate": 12.5,
+        "sampling_rate": 24000,
+        "audio_channels": 1,
+        "hidden_size": 512,
+        "num_filters": 64,
+        "num_residual_layers": 1,
+        "upsampling_ratios": [8, 6, 5, 4],
+        "kernel_size": 7,
+        "last_kernel_size": 3,
+        "residual_kernel_size": 3,
+        "dilation_growth_rate": 2,
+        "use_causal_conv": True,
+        "pad_mode": "constant",
+        "compress": 2,
+        "trim_right_ratio": 1.0,
+        "codebook_size": 2048,
+        "codebook_dim": 256,
+        "num_quantizers": 32,
+        "use_conv_shortcut": False,
+        "vector_quantization_hidden_dimension": 256,
+        "num_semantic_quantizers": 1,
+        "upsample_groups": 512,
+        "num_hidden_layers": 8,
+        "intermediate_size": 2048,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "hidden_act": "gelu",
+        "max_position_embeddings": 8000,
+        "initializer_range": 0.02,
+        "norm_eps": 1e-5,
+        "use_cache": False,
+        "use_streaming": False,
+        "rope_theta": 10000.0,
+        "sliding_window": 250,
+        "attention_dropout": 0.0,
+        "layer_scale_initial_scale": 0.01,
+        "attention_bias": False,
+    }
+    if size == "tiny":
+        # Same rates (960-sample hop, then 2x down: 1920 samples a frame), codebooks of 2048 and
+        # 32 quantizers; small widths, 4 heads over 2 KV heads so grouped-query is exercised.
+        cfg.update(
+            hidden_size=32,
+            num_filters=4,
+            codebook_dim=16,
+            vector_quantization_hidden_dimension=16,
+            upsample_groups=32,
+            num_hidden_layers=2,
+            intermediate_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+        )
+    return cfg
 
 
 def codec_decoder_config(size: str) -> dict[str, Any]:
