@@ -1,0 +1,232 @@
+"""The Qwen2 byte-level BPE text tokenizer, built with `tokenizers` from a checkpoint folder.
+
+Checkpoints ship vocab.json + merges.txt + tokenizer_config.json (special tokens in
+`added_tokens_decoder`); a tokenizer.json is used when present.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from voicewire.engine.checkpoint import CheckpointError, read_json
+
+# Qwen2's split regex, and the one the official loader swaps in (transformers 4.57.3 with
+# fix_mistral_regex=True replaces it unless config.json's transformers_version is <= 4.57.2 or >= 5).
+QWEN2_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+PATCHED_REGEX = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# Special tokens at their released ids (Qwen3 + the TTS additions), contiguous after the
+# 151643-entry BPE vocabulary: tokenizers numbers added tokens right after the vocabulary.
+BPE_VOCAB_SIZE = 151643
+SPECIAL_TOKENS: dict[int, str] = {
+    151643: "<|endoftext|>",
+    151644: "<|im_start|>",
+    151645: "<|im_end|>",
+    151646: "<|object_ref_start|>",
+    151647: "<|object_ref_end|>",
+    151648: "<|box_start|>",
+    151649: "<|box_end|>",
+    151650: "<|quad_start|>",
+    151651: "<|quad_end|>",
+    151652: "<|vision_start|>",
+    151653: "<|vision_end|>",
+    151654: "<|vision_pad|>",
+    151655: "<|image_pad|>",
+    151656: "<|video_pad|>",
+    151657: "<tool_call>",
+    151658: "</tool_call>",
+    151659: "<|fim_prefix|>",
+    151660: "<|fim_middle|>",
+    151661: "<|fim_suffix|>",
+    151662: "<|fim_pad|>",
+    151663: "<|repo_name|>",
+    151664: "<|file_sep|>",
+    151665: "<tool_response>",
+    151666: "</tool_response>",
+    151667: "<think>",
+    151668: "</think>",
+    151669: "<|audio_start|>",
+    151670: "<|audio_end|>",
+    151671: "<tts_pad>",
+    151672: "<tts_text_bos>",
+    151673: "<tts_text_eod>",
+    151674: "<tts_text_bos_single>",
+    151675: "<|audio_pad|>",
+}
+
+
+def _uses_patched_regex(config: dict) -> bool:
+    version = str(config.get("transformers_version") or "")
+    try:
+        parts = tuple(int(p) for p in version.split(".")[:3])
+    except ValueError:
+        return True
+    return not parts or (4, 57, 2) < parts < (5, 0, 0)
+
+
+class TextTokenizer:
+    """Text to token ids as the official processor produces them."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tok = tokenizer
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> TextTokenizer:
+        folder = Path(folder)
+        config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+        if (folder / "tokenizer.json").is_file():
+            tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        else:
+            tok = _from_vocab_and_merges(folder)
+        regex = PATCHED_REGEX if _uses_patched_regex(config) else QWEN2_REGEX
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+        return cls(tok)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+    def token_id(self, token: str) -> int:
+        found = self._tok.token_to_id(token)
+        if found is None:
+            raise KeyError(f"token {token!r} is not in the vocabulary")
+        return found
+
+
+def _from_vocab_and_merges(folder: Path) -> Tokenizer:
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        if not (folder / name).is_file():
+            raise CheckpointError(f"tokenizer file {folder / name} is missing")
+    vocab = read_json(folder / "vocab.json")
+    merges: list[tuple[str, str]] = []
+    with open(folder / "merges.txt", encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line or line.startswith("#version"):
+                continue
+            left, right = line.split(" ")
+            merges.append((left, right))
+    tok = Tokenizer(
+        models.BPE(
+            vocab=vocab,
+            merges=merges,
+            unk_token=None,
+            continuing_subword_prefix="",
+            end_of_word_suffix="",
+            fuse_unk=False,
+            byte_fallback=False,
+        )
+    )
+    tok.normalizer = normalizers.NFC()
+    tok.decoder = decoders.ByteLevel()
+    added = read_json(folder / "tokenizer_config.json").get("added_tokens_decoder", {})
+    # The tokenizers API numbers added tokens after the vocabulary; its JSON form keeps given ids.
+    spec = json.loads(tok.to_str())
+    spec["added_tokens"] = [
+        {
+            "id": int(token_id),
+            "content": entry["content"],
+            "single_word": entry.get("single_word", False),
+            "lstrip": entry.get("lstrip", False),
+            "rstrip": entry.get("rstrip", False),
+            "normalized": entry.get("normalized", False),
+            "special": entry.get("special", True),
+        }
+        for token_id, entry in sorted(added.items(), key=lambda kv: int(kv[0]))
+    ]
+    tok = Tokenizer.from_str(json.dumps(spec))
+    for token_id, entry in added.items():
+        if tok.token_to_id(entry["content"]) != int(token_id):
+            raise CheckpointError(
+                f"{folder / 'tokenizer_config.json'}: added token {entry['content']!r} is declared with id "
+                f"{token_id} but the vocabulary already uses it"
+            )
+    return tok
+
+
+_TINY_CORPUS = (
+    "assistant user system "
+    "The quick brown fox jumps over the lazy dog. Hello there, this is a test of the voice. "
+    "Good morning, everyone! How are you today? I am fine, thank you. "
+    "Speech synthesis turns text into sound, one frame at a time. "
+    "你好，世界。今天天气很好。我们一起去公园散步吧。 "
+    "0123456789 , . ! ? ; : ' \" ( ) - "
+)
+
+
+def write_tiny_tokenizer(folder: str | Path, vocab_size: int = 512) -> None:
+    """Write a small real byte-level BPE in the published file layout, specials at their real ids.
+
+    The learned vocabulary is padded with unreachable filler entries up to the released size,
+    so the special tokens keep their real ids; `<|im_start|>assistant\\n` is 3 tokens.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix=""))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=1,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    # Repeating the role words makes each a single token, as in the real vocabulary.
+    tok.train_from_iterator([_TINY_CORPUS] * 3 + ["assistant"] * 20 + ["user"] * 20, trainer=trainer)
+    model = json.loads(tok.to_str())["model"]
+    vocab: dict[str, int] = model["vocab"]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    if "assistant" not in vocab:
+        raise RuntimeError("tiny tokenizer training did not produce the 'assistant' token")
+    # No merge builds these, so BPE never emits them.
+    vocab.update({f"<|unused_{i}|>": i for i in range(len(vocab), BPE_VOCAB_SIZE)})
+    with open(folder / "vocab.json", "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(folder / "merges.txt", "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "\n".join(merges) + "\n")
+    config = {
+        "add_bos_token": False,
+        "add_prefix_space": False,
+        "added_tokens_decoder": {
+            str(i): {
+                "content": content,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": not content.startswith(("<tool", "</tool", "<think", "</think")),
+            }
+            for i, content in SPECIAL_TOKENS.items()
+        },
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+        "bos_token": None,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|im_end|>",
+        "errors": "replace",
+        "model_max_length": 131072,
+        "pad_token": "<|endoftext|>",
+        "split_special_tokens": False,
+        "tokenizer_class": "Qwen2Tokenizer",
+        "unk_token": None,
+    }
+    with open(folder / "tokenizer_config.json", "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, ensure_ascii=False)
