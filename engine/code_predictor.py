@@ -1,0 +1,82 @@
+"""The code predictor: per frame, 15 residual codes from the talker's hidden state and code 0."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from voicewire.engine.layers import DecoderConfig, DecoderStack, KVCache
+from voicewire.engine.sampling import SamplingParams, sample
+
+
+@dataclass
+class CodePredictorConfig:
+    decoder: DecoderConfig
+    vocab_size: int  # entries per residual codebook (2048)
+    num_code_groups: int  # 16: code 0 from the talker, 1..15 from here
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CodePredictorConfig:
+        return cls(DecoderConfig.from_dict(d), d["vocab_size"], d["num_code_groups"])
+
+
+class CodePredictorModel(DecoderStack):
+    def __init__(self, cfg: CodePredictorConfig, talker_hidden: int) -> None:
+        super().__init__(cfg.decoder)
+        # Residual code embeddings live in talker width: they also feed the talker's next input.
+        self.codec_embedding = nn.ModuleList(
+            nn.Embedding(cfg.vocab_size, talker_hidden) for _ in range(cfg.num_code_groups - 1)
+        )
+
+
+class CodePredictor(nn.Module):
+    def __init__(self, cfg: CodePredictorConfig, talker_hidden: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model = CodePredictorModel(cfg, talker_hidden)
+        hidden = cfg.decoder.hidden_size
+        self.lm_head = nn.ModuleList(
+            nn.Linear(hidden, cfg.vocab_size, bias=False) for _ in range(cfg.num_code_groups - 1)
+        )
+        self.small_to_mtp_projection: nn.Module = (
+            nn.Linear(talker_hidden, hidden, bias=True) if hidden != talker_hidden else nn.Identity()
+        )
+
+    @property
+    def cache_length(self) -> int:
+        # positions 0,1 (talker hidden, code 0) then codes 1..14 as inputs
+        return self.cfg.num_code_groups
+
+    def residual_embedding_sum(self, codes: Tensor) -> Tensor:
+        """codes [B, 15] (codes 1..15) -> sum of their embeddings [B, talker hidden]."""
+        return sum(emb(codes[:, k]) for k, emb in enumerate(self.model.codec_embedding))
+
+    def predict(
+        self,
+        talker_hidden: Tensor,
+        code0_embedding: Tensor,
+        cache: KVCache,
+        params: SamplingParams,
+        generators: list[torch.Generator | None],
+    ) -> Tensor:
+        """[B, H] talker hidden + [B, H] code-0 embedding -> codes 1..15 [B, 15].
+
+        `cache` is this predictor's own KV cache (length 16), overwritten every frame.
+        """
+        b = talker_hidden.shape[0]
+        device = talker_hidden.device
+        x = self.small_to_mtp_projection(torch.stack((talker_hidden, code0_embedding), dim=1))
+        positions = torch.arange(2, device=device).expand(b, 2)
+        hidden = self.model(x, positions, cache)[:, -1]
+        codes = []
+        for k in range(self.cfg.num_code_groups - 1):
+            code = sample(self.lm_head[k](hidden), params, generators)
+            codes.append(code)
+            if k == self.cfg.num_code_groups - 2:
+                break
+            x = self.small_to_mtp_projection(self.model.codec_embedding[k](code))[:, None]
+            positions = torch.full((b, 1), k + 2, device=device, dtype=torch.long)
+            hidden = self.model(x, positions, cache)[:, -1]
+        return torch.stack(codes, dim=1)

@@ -1,0 +1,199 @@
+"""Qwen3 decoder pieces shared by the talker and the code predictor, with a static KV cache.
+
+Shapes: B batch rows (stream slots), T new positions, L cache length, H hidden, h heads, d head_dim.
+Every row carries its own positions, so rows at different points of their utterance share a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class DecoderConfig:
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+
+    @classmethod
+    def from_dict(cls, d: dict) -> DecoderConfig:
+        return cls(
+            hidden_size=d["hidden_size"],
+            intermediate_size=d["intermediate_size"],
+            num_layers=d["num_hidden_layers"],
+            num_heads=d["num_attention_heads"],
+            num_kv_heads=d["num_key_value_heads"],
+            head_dim=d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"],
+            rms_norm_eps=d.get("rms_norm_eps", 1e-6),
+            rope_theta=d.get("rope_theta", 10000.0),
+        )
+
+
+@dataclass
+class KVCache:
+    """Keys and values for every layer, allocated once: [layers, B, kv_heads, L, d]."""
+
+    k: Tensor
+    v: Tensor
+
+    @classmethod
+    def allocate(
+        cls, cfg: DecoderConfig, batch: int, length: int, device: torch.device, dtype: torch.dtype
+    ) -> KVCache:
+        shape = (cfg.num_layers, batch, cfg.num_kv_heads, length, cfg.head_dim)
+        return cls(
+            torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype)
+        )
+
+    @property
+    def length(self) -> int:
+        return self.k.shape[3]
+
+    def rows(self, start: int, stop: int) -> KVCache:
+        """A view on rows [start, stop): writes through it land in this cache."""
+        return KVCache(self.k[:, start:stop], self.v[:, start:stop])
+
+
+def rope_tables(head_dim: int, theta: float, positions: Tensor) -> tuple[Tensor, Tensor]:
+    """NeoX RoPE cos/sin for integer positions [B, T] -> [B, T, d] (float32)."""
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    )
+    freqs = positions.to(torch.float32)[..., None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def _apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    # x [B, h, T, d]; cos/sin [B, T, d]
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, None] + rotated * sin[:, None]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        x32 = x.to(torch.float32)
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        positions: Tensor,
+        mask: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+    ) -> Tensor:
+        b, t, _ = x.shape
+        d = self.cfg.head_dim
+        q = self.q_norm(self.q_proj(x).view(b, t, -1, d)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, -1, d)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, -1, d).transpose(1, 2)
+        q, k = _apply_rope(q, cos, sin).to(x.dtype), _apply_rope(k, cos, sin).to(x.dtype)
+        # Scatter the new keys/values at each row's own positions: caches are [B, kv, L, d].
+        index = positions[:, None, :, None].expand(b, k.shape[1], t, d)
+        k_cache.scatter_(2, index, k)
+        v_cache.scatter_(2, index, v)
+        out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask[:, None], enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        positions: Tensor,
+        mask: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+    ) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, positions, mask, k_cache, v_cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderStack(nn.Module):
+    """Layers plus the final norm; subclasses add their embeddings under the same module."""
+
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def new_cache(self, batch: int, length: int) -> KVCache:
+        weight = self.norm.weight
+        return KVCache.allocate(self.cfg, batch, length, weight.device, weight.dtype)
+
+    def forward(self, x: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
+        """x [B, T, H] at positions [B, T] -> normed hidden states [B, T, H]."""
+        cos, sin = rope_tables(self.cfg.head_dim, self.cfg.rope_theta, positions)
+        # Causal by position: a query sees cache slots at or before its own position.
+        slots = torch.arange(cache.length, device=x.device)
+        mask = slots[None, None, :] <= positions[:, :, None]
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, positions, mask, cache.k[i], cache.v[i])
+        return self.norm(x)
+
+
+def scaled_init_(module: nn.Module, gen: torch.Generator) -> None:
+    """Fan-in-scaled linears, unit-variance embeddings, norms near one (random checkpoints)."""
+    with torch.no_grad():
+        for sub in module.modules():
+            if isinstance(sub, nn.Linear):
+                sub.weight.copy_(torch.randn(sub.weight.shape, generator=gen) / sub.in_features**0.5)
+                if sub.bias is not None:
+                    sub.bias.copy_(0.02 * torch.randn(sub.bias.shape, generator=gen))
+            elif isinstance(sub, nn.Embedding):
+                sub.weight.copy_(torch.randn(sub.weight.shape, generator=gen))
+            elif isinstance(sub, RMSNorm):
+                sub.weight.copy_(1.0 + 0.1 * torch.randn(sub.weight.shape, generator=gen))
