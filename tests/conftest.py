@@ -16,13 +16,43 @@ def oracle() -> Callable[..., str]:
     return run_oracle
 
 
-@pytest.fixture(scope="session")
-def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One tiny random checkpoint per variant, in the published layout."""
-    from voicewire.engine.tiny import VARIANTS, make_checkpoint
+class TinyCheckpoints:
+    """Tiny random checkpoints in the published layout, one per variant, made on first use."""
 
-    root = tmp_path_factory.mktemp("checkpoints")
-    return {v: make_checkpoint(root / v, v, "tiny", seed=1234) for v in VARIANTS}
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._made: dict[str, Path] = {}
+
+    def __getitem__(self, variant: str) -> Path:
+        from voicewire.engine.tiny import make_checkpoint
+
+        if variant not in self._made:
+            self._made[variant] = make_checkpoint(self._root / variant, variant, "tiny", seed=1234)
+        return self._made[variant]
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> TinyCheckpoints:
+    return TinyCheckpoints(tmp_path_factory.mktemp("checkpoints"))
+
+
+class TinyModels(dict):
+    """Each variant's tiny checkpoint loaded as a Qwen3TTS, on first use."""
+
+    def __init__(self, checkpoints: TinyCheckpoints) -> None:
+        super().__init__()
+        self._checkpoints = checkpoints
+
+    def __missing__(self, variant: str):
+        from voicewire.engine.model import Qwen3TTS
+
+        self[variant] = Qwen3TTS.load(self._checkpoints[variant])
+        return self[variant]
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tiny_checkpoints: TinyCheckpoints) -> TinyModels:
+    return TinyModels(tiny_checkpoints)
 
 
 @pytest.fixture(autouse=True, scope="session")

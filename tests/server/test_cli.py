@@ -1,0 +1,76 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from voicewire.server.cli import main
+
+
+def test_synth_writes_wav_of_frames_times_1920(tiny_checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    out, codes_out = tmp_path / "out.wav", tmp_path / "codes.npy"
+    rc = main(
+        [
+            "synth",
+            "--model",
+            str(tiny_checkpoints["custom_voice"]),
+            "--text",
+            "Hello there, this is a test.",
+            "--speaker",
+            "vivian",
+            "--language",
+            "english",
+            "--greedy",
+            "--max-frames",
+            "12",
+            "--out",
+            str(out),
+            "--codes-out",
+            str(codes_out),
+        ]
+    )
+    assert rc == 0
+    audio, sr = sf.read(out, dtype="float32")
+    codes = np.load(codes_out)
+    assert sr == 24000
+    assert codes.ndim == 2 and codes.shape[1] == 16
+    assert 2 <= codes.shape[0] <= 12
+    assert np.issubdtype(codes.dtype, np.integer)
+    assert codes.min() >= 0 and codes.max() < 2048
+    assert audio.shape == (codes.shape[0] * 1920,)
+    assert float(np.sqrt(np.mean(audio**2))) > 1e-3
+
+
+def test_unknown_speaker_is_a_clear_error(
+    tiny_checkpoints: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    argv = ["synth", "--model", str(tiny_checkpoints["custom_voice"]), "--text", "Hi", "--speaker", "nobody"]
+    rc = main([*argv, "--out", str(tmp_path / "x.wav")])
+    assert rc == 2
+    assert "nobody" in caplog.text and "vivian" in caplog.text
+    assert not (tmp_path / "x.wav").exists()
+
+
+def test_make_checkpoint_then_console_script_synth(tmp_path: Path) -> None:
+    bin_dir = Path(sys.executable).parent
+    ckpt = tmp_path / "vd"
+    subprocess.run(
+        [bin_dir / "voicewire", "make-checkpoint", str(ckpt), "--variant", "voice_design", "--size", "tiny"],
+        check=True,
+    )
+    for name in ("config.json", "generation_config.json", "model.safetensors", "vocab.json", "merges.txt"):
+        assert (ckpt / name).is_file()
+    assert (ckpt / "speech_tokenizer" / "model.safetensors").is_file()
+    out = tmp_path / "vd.wav"
+    args = ["--text", "Good morning.", "--instruct", "A calm, low voice.", "--seed", "7", "--max-frames", "5"]
+    done = subprocess.run(
+        [bin_dir / "voicewire", "synth", "--model", str(ckpt), *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    info = sf.info(out)
+    assert info.samplerate == 24000 and info.channels == 1
+    assert info.frames % 1920 == 0 and 2 * 1920 <= info.frames <= 5 * 1920
