@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from voicewire.engine.checkpoint import CheckpointError, read_safetensors, save_tensors, write_json
+from voicewire.engine.checkpoint import CheckpointError, read_safetensors, save_tensors
 from voicewire.engine.codec_decoder import CodecDecoder, CodecDecoderConfig, load_codec_decoder, random_init_
 from voicewire.engine.tiny import codec_decoder_config
 
@@ -14,57 +14,9 @@ FRAMES = 100  # past the 72-frame attention window
 SAMPLES = 1920
 
 
-def _speech_tokenizer(folder: Path) -> Path:
-    # A speech_tokenizer/ folder with our decoder and a tiny Mimi encoder config (no encoder
-    # weights; the official loader initialises those itself).
-    encoder = {
-        "hidden_size": 32,
-        "num_filters": 4,
-        "upsample_groups": 32,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "intermediate_size": 64,
-        "codebook_dim": 32,
-        "vector_quantization_hidden_dimension": 32,
-        "num_quantizers": 16,
-        "frame_rate": 12.5,
-    }
-    write_json(
-        folder / "config.json",
-        {
-            "architectures": ["Qwen3TTSTokenizerV2Model"],
-            "model_type": "qwen3_tts_tokenizer_12hz",
-            "encoder_config": encoder,
-            "decoder_config": codec_decoder_config("tiny"),
-            "encoder_valid_num_quantizers": 16,
-            "input_sample_rate": 24000,
-            "output_sample_rate": 24000,
-            "decode_upsample_rate": 1920,
-            "encode_downsample_rate": 1920,
-        },
-    )
-    write_json(
-        folder / "preprocessor_config.json",
-        {
-            "feature_extractor_type": "EncodecFeatureExtractor",
-            "feature_size": 1,
-            "padding_side": "right",
-            "padding_value": 0.0,
-            "return_attention_mask": True,
-            "sampling_rate": 24000,
-        },
-    )
-    dec = CodecDecoder(CodecDecoderConfig.from_dict(codec_decoder_config("tiny")))
-    random_init_(dec, torch.Generator().manual_seed(7))
-    save_tensors(folder / "model.safetensors", {f"decoder.{n}": t for n, t in dec.state_dict().items()})
-    return folder
-
-
 @pytest.fixture(scope="module")
-def speech_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _speech_tokenizer(tmp_path_factory.mktemp("speech_tokenizer"))
+def speech_dir(tiny_checkpoints) -> Path:
+    return tiny_checkpoints["custom_voice"] / "speech_tokenizer"
 
 
 @pytest.fixture(scope="module")

@@ -6,16 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from voicewire.engine import codec_decoder
 from voicewire.engine.checkpoint import CheckpointError, read_safetensors, save_tensors, write_json
 from voicewire.engine.codec_encoder import (
-    PREPROCESSOR_CONFIG,
     CodecEncoder,
     CodecEncoderConfig,
     load_codec_encoder,
     random_init_,
 )
-from voicewire.engine.tiny import codec_encoder_config, speech_tokenizer_config
+from voicewire.engine.tiny import codec_encoder_config
 
 SR = 24000
 SAMPLES = 1920
@@ -40,26 +38,9 @@ def _signals() -> dict[str, np.ndarray]:
     }
 
 
-def _speech_tokenizer(folder: Path) -> Path:
-    # The speech_tokenizer/ folder exactly as tiny.make_checkpoint writes it (config, preprocessor
-    # config, encoder + decoder weights), built here so this module does not need every component.
-    cfg = speech_tokenizer_config("tiny")
-    write_json(folder / "config.json", cfg)
-    write_json(folder / "preprocessor_config.json", PREPROCESSOR_CONFIG)
-    gen = torch.Generator().manual_seed(1234)
-    enc = CodecEncoder(CodecEncoderConfig.from_dict(cfg["encoder_config"]))
-    random_init_(enc, gen)
-    dec = codec_decoder.CodecDecoder(codec_decoder.CodecDecoderConfig.from_dict(cfg["decoder_config"]))
-    codec_decoder.random_init_(dec, gen)
-    tensors = {f"encoder.{n}": t for n, t in enc.state_dict().items()}
-    tensors.update({f"decoder.{n}": t for n, t in dec.state_dict().items()})
-    save_tensors(folder / "model.safetensors", tensors)
-    return folder
-
-
 @pytest.fixture(scope="module")
-def speech_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _speech_tokenizer(tmp_path_factory.mktemp("speech_tokenizer"))
+def speech_dir(tiny_checkpoints) -> Path:
+    return tiny_checkpoints["custom_voice"] / "speech_tokenizer"
 
 
 @pytest.fixture(scope="module")
