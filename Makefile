@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 setup: $(VENV)/.installed
 
 demo: setup
-	$(VENV)/bin/voicewire synth --model tiny --text "Hello from voicewire." --out demo.wav
+	$(VENV)/bin/voicewire synth --model tiny --speaker vivian --text "Hello from voicewire." --max-frames 60 --out demo.wav
 	@echo "wrote demo.wav (tiny random checkpoint: it exercises the pipeline, it does not speak words)"
 
 lint: setup
