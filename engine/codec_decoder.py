@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voicewire.engine.checkpoint import CheckpointError, load_into, read_json, read_safetensors, take_prefix
+from voicewire.engine.layers import MLP, RMSNorm, apply_rope
 
 log = logging.getLogger(__name__)
 
@@ -267,18 +268,6 @@ class DecoderBlock(nn.Module):
 # --- sliding-window transformer -----------------------------------------------------------------
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: Tensor) -> Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
-
-
 class LayerScale(nn.Module):
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -286,12 +275,6 @@ class LayerScale(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.scale * x
-
-
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    # NeoX rotary: halves, not interleaved pairs. cos/sin [B, 1, n, head_dim].
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
 class Attention(nn.Module):
@@ -315,7 +298,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         # [B, kv_heads, window - 1 + n, head_dim]: the carried window, then this chunk.
         k_all = torch.cat([key_cache, k], dim=2)
         v_all = torch.cat([value_cache, v], dim=2)
@@ -328,22 +311,11 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
 
 
-class MLP(nn.Module):
-    def __init__(self, cfg: CodecDecoderConfig) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class TransformerLayer(nn.Module):
     def __init__(self, cfg: CodecDecoderConfig) -> None:
         super().__init__()
         self.self_attn = Attention(cfg)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn_layer_scale = LayerScale(cfg.hidden_size)

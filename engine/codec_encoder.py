@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voicewire.engine.checkpoint import CheckpointError, load_into, read_json, read_safetensors, take_prefix
+from voicewire.engine.layers import apply_rope
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +234,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         groups = self.heads // self.kv_heads
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
@@ -241,13 +242,6 @@ class Attention(nn.Module):
         # is not applied on this path).
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
-
-
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    # NeoX-style RoPE on [B, H, T, D]; cos/sin [T, D].
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
 
 
 class MLP(nn.Module):

@@ -73,11 +73,11 @@ def rope_tables(head_dim: int, theta: float, positions: Tensor) -> tuple[Tensor,
     return emb.cos(), emb.sin()
 
 
-def _apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    # x [B, h, T, d]; cos/sin [B, T, d]
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """NeoX rotation (halves, not interleaved pairs) of x [..., T, d]; cos/sin broadcast to x."""
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None] + rotated * sin[:, None]
+    return x * cos + rotated * sin
 
 
 class RMSNorm(nn.Module):
@@ -119,7 +119,8 @@ class Attention(nn.Module):
         q = self.q_norm(self.q_proj(x).view(b, t, -1, d)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(b, t, -1, d)).transpose(1, 2)
         v = self.v_proj(x).view(b, t, -1, d).transpose(1, 2)
-        q, k = _apply_rope(q, cos, sin).to(x.dtype), _apply_rope(k, cos, sin).to(x.dtype)
+        cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, d] over heads
+        q, k = apply_rope(q, cos, sin).to(x.dtype), apply_rope(k, cos, sin).to(x.dtype)
         # Scatter the new keys/values at each row's own positions: caches are [B, kv, L, d].
         index = positions[:, None, :, None].expand(b, k.shape[1], t, d)
         k_cache.scatter_(2, index, k)
@@ -129,11 +130,13 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: DecoderConfig) -> None:
+    """SwiGLU feed-forward."""
+
+    def __init__(self, hidden: int, intermediate: int) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -143,7 +146,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: DecoderConfig) -> None:
         super().__init__()
         self.self_attn = Attention(cfg)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
