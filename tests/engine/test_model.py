@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 
 from voicewire.engine.model import Qwen3TTS, SynthesisRequest
 
@@ -119,3 +120,49 @@ def test_seeded_sampling_is_reproducible(models: dict[str, Qwen3TTS]) -> None:
         SynthesisRequest(text="Seeds make it repeatable.", instruct="Calm.", seed=12, max_frames=10)
     )
     assert not np.array_equal(first.codes, other.codes)
+
+
+def test_raw_speaker_embedding_equals_cloning_from_audio(official: dict, models: dict[str, Qwen3TTS]) -> None:
+    model = models["base"]
+    audio = sf.read(official["work"] / "ref.wav", dtype="float32")
+    xvector = model.voice_for(SynthesisRequest(text="x", ref_audio=audio)).xvector
+    common = dict(text=TEXT, language="english", greedy=True, max_frames=12, suppress_eos=True)
+    from_audio = model.synthesize(SynthesisRequest(ref_audio=audio, **common))
+    from_vector = model.synthesize(SynthesisRequest(speaker_embedding=xvector.numpy(), **common))
+    np.testing.assert_array_equal(from_audio.codes, from_vector.codes)
+    with pytest.raises(ValueError, match="must have 64 values"):
+        model.synthesize(SynthesisRequest(speaker_embedding=np.zeros(10, np.float32), **common))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_loads_and_runs(tiny_checkpoints, dtype: str) -> None:
+    model = Qwen3TTS.load(tiny_checkpoints["custom_voice"], dtype=dtype)
+    assert model.talker.codec_head.weight.dtype == getattr(torch, dtype)
+    result = model.synthesize(
+        SynthesisRequest(text="Half precision.", speaker="ryan", greedy=True, max_frames=4)
+    )
+    assert result.audio.dtype == np.float32 and np.isfinite(result.audio).all()
+    assert result.audio.shape == (result.codes.shape[0] * 1920,)
+
+
+def test_mismatched_checkpoint_is_a_readable_error(tiny_checkpoints, tmp_path: Path) -> None:
+    import shutil
+
+    from voicewire.engine.checkpoint import CheckpointError, read_safetensors, save_tensors
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoints["voice_design"], broken)
+    tensors = read_safetensors(broken / "model.safetensors")
+    tensors["talker.codec_head.weight"] = tensors["talker.codec_head.weight"][:, :32].contiguous()
+    del tensors["talker.model.norm.weight"]
+    save_tensors(broken / "model.safetensors", tensors)
+    with pytest.raises(CheckpointError) as info:
+        Qwen3TTS.load(broken)
+    message = str(info.value)
+    assert (
+        "model.norm.weight" in message
+        and "codec_head.weight: checkpoint (3072, 32) vs model (3072, 64)" in message
+    )
+    (broken / "speech_tokenizer" / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"speech_tokenizer/model\.safetensors"):
+        Qwen3TTS.load(broken)
