@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from voicewire.engine import checkpoint
+from voicewire.engine import checkpoint, codec_decoder, codec_encoder, speaker_encoder, talker, text_tokenizer
 from voicewire.engine.checkpoint import CheckpointError
 from voicewire.engine.generate import GenerationOptions, generate_codes
 from voicewire.engine.prompt import TextIds, Voice, build_prompt
@@ -48,8 +48,6 @@ class Qwen3TTS:
     """A Qwen3-TTS checkpoint loaded for inference."""
 
     def __init__(self, folder: Path, device: torch.device, dtype: torch.dtype, is_builtin_tiny: bool) -> None:
-        from voicewire.engine import codec_decoder, codec_encoder, talker, text_tokenizer
-
         self.folder = folder
         self.device = device
         self.dtype = dtype
@@ -64,11 +62,16 @@ class Qwen3TTS:
             )
         self.text_ids = TextIds.from_config(self.config)
         tensors = checkpoint.read_safetensors(folder / "model.safetensors")
+        parts = ("talker.", "speaker_encoder.") if self.variant == "base" else ("talker.",)
+        stray = sorted(name for name in tensors if not name.startswith(parts))
+        if stray:
+            raise CheckpointError(
+                f"{folder / 'model.safetensors'} holds {len(stray)} tensor(s) outside {', '.join(parts)} "
+                f"for a {self.variant} checkpoint: {', '.join(stray[:8])}"
+            )
         self.talker = talker.load_talker_from(self.config, tensors, device, dtype, where=folder)
         self.speaker_encoder = None
         if self.variant == "base":
-            from voicewire.engine import speaker_encoder
-
             self.speaker_encoder = speaker_encoder.load_speaker_encoder_from(
                 self.config, tensors, device, dtype, where=folder
             )
@@ -108,10 +111,8 @@ class Qwen3TTS:
                 raise ValueError(f"reference audio needs a Base checkpoint; this one is {self.variant}")
             if xvector is not None:
                 raise ValueError("give reference audio or a speaker embedding, not both")
-            from voicewire.engine.speaker_encoder import extract_xvector, prepare_reference_audio
-
-            wav = prepare_reference_audio(*request.ref_audio)
-            xvector = extract_xvector(self.speaker_encoder, wav)
+            wav = speaker_encoder.prepare_reference_audio(*request.ref_audio)
+            xvector = speaker_encoder.extract_xvector(self.speaker_encoder, wav)
             if request.ref_text:
                 audio = torch.as_tensor(wav, device=self.device, dtype=self.dtype)[None]
                 ref_codes = self.codec_encoder.encode(audio)[0]

@@ -306,7 +306,7 @@ def make_checkpoint(folder: str | Path, variant: str, size: str = "tiny", seed: 
         raise ValueError(f"unknown variant {variant!r}; allowed: {', '.join(VARIANTS)}")
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; allowed: {', '.join(SIZES)}")
-    from voicewire.engine import codec_decoder, codec_encoder, talker, text_tokenizer
+    from voicewire.engine import codec_decoder, codec_encoder, speaker_encoder, talker, text_tokenizer
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -319,8 +319,6 @@ def make_checkpoint(folder: str | Path, variant: str, size: str = "tiny", seed: 
     talker.random_init_(model, gen)
     tensors = _prefixed("talker", model.state_dict())
     if variant == "base":
-        from voicewire.engine import speaker_encoder
-
         spk = speaker_encoder.SpeakerEncoder(
             speaker_encoder.SpeakerEncoderConfig.from_dict(cfg["speaker_encoder_config"])
         )
