@@ -163,6 +163,13 @@ def test_mismatched_checkpoint_is_a_readable_error(tiny_checkpoints, tmp_path: P
         "model.norm.weight" in message
         and "codec_head.weight: checkpoint (3072, 32) vs model (3072, 64)" in message
     )
+    tensors = read_safetensors(tiny_checkpoints["voice_design"] / "model.safetensors")
+    tensors["speaker_encoder.fc.weight"] = torch.zeros(2, 2)
+    save_tensors(broken / "model.safetensors", tensors)
+    with pytest.raises(
+        CheckpointError, match=r"1 tensor\(s\) outside talker\. for a voice_design checkpoint"
+    ):
+        Qwen3TTS.load(broken)
     (broken / "speech_tokenizer" / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"speech_tokenizer/model\.safetensors"):
         Qwen3TTS.load(broken)
