@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voicewire.engine.checkpoint import CheckpointError, load_into, read_json, read_safetensors, take_prefix
-from voicewire.engine.layers import MLP, RMSNorm, apply_rope
+from voicewire.engine.layers import MLP, LayerScale, RMSNorm, apply_rope
 
 log = logging.getLogger(__name__)
 
@@ -266,15 +266,6 @@ class DecoderBlock(nn.Module):
 
 
 # --- sliding-window transformer -----------------------------------------------------------------
-
-
-class LayerScale(nn.Module):
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.scale = nn.Parameter(torch.full((dim,), 0.01))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.scale * x
 
 
 class Attention(nn.Module):

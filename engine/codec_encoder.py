@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voicewire.engine.checkpoint import CheckpointError, load_into, read_json, read_safetensors, take_prefix
-from voicewire.engine.layers import apply_rope
+from voicewire.engine.layers import LayerScale, apply_rope
 
 log = logging.getLogger(__name__)
 
@@ -253,15 +253,6 @@ class MLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.act(self.fc1(x)))
-
-
-class LayerScale(nn.Module):
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.scale = nn.Parameter(torch.full((dim,), 0.01))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.scale * x
 
 
 class TransformerLayer(nn.Module):
