@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from voicewire.engine.layers import DecoderConfig, DecoderStack, KVCache
-from voicewire.engine.sampling import SamplingParams, sample
+from voicewire.engine.sampling import RowSampling, sample
 
 
 @dataclass
@@ -58,7 +58,7 @@ class CodePredictor(nn.Module):
         talker_hidden: Tensor,
         code0_embedding: Tensor,
         cache: KVCache,
-        params: SamplingParams,
+        params: RowSampling,
         generators: list[torch.Generator | None],
     ) -> Tensor:
         """[B, H] talker hidden + [B, H] code-0 embedding -> codes 1..15 [B, 15].

@@ -110,6 +110,19 @@ class CodecDecoderState:
             buf.masked_fill_(rows.view(-1, *([1] * (buf.dim() - 1))), 0)
         self.pos.masked_fill_(rows, 0)
 
+    def select(self, rows: Tensor) -> CodecDecoderState:
+        """A copy of the given rows (int64 [n]), for decoding a subset of streams together."""
+        pick = [buf.index_select(0, rows) for buf in (*self.conv, *self.keys, *self.values)]
+        c, k = len(self.conv), len(self.keys)
+        return CodecDecoderState(pick[:c], pick[c : c + k], pick[c + k :], self.pos.index_select(0, rows))
+
+    def assign(self, rows: Tensor, part: CodecDecoderState) -> None:
+        """Write `part` (from `select`) back into the given rows."""
+        mine = (*self.conv, *self.keys, *self.values, self.pos)
+        theirs = (*part.conv, *part.keys, *part.values, part.pos)
+        for dst, src in zip(mine, theirs, strict=True):
+            dst.index_copy_(0, rows, src)
+
 
 # --- dequantizer ------------------------------------------------------------------------------
 

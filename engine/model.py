@@ -11,8 +11,14 @@ import torch
 
 from voicewire.engine import checkpoint, codec_decoder, codec_encoder, speaker_encoder, talker, text_tokenizer
 from voicewire.engine.checkpoint import CheckpointError
-from voicewire.engine.generate import GenerationOptions, generate_codes
+from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine.errors import EngineError
+from voicewire.engine.frame_step import GenerationOptions
 from voicewire.engine.prompt import TextIds, Voice, build_prompt
+from voicewire.engine.scheduler import ModelParts, Scheduler
+from voicewire.engine.segments import SegmentPolicy
+from voicewire.engine.stream import Stream
+from voicewire.engine.text_stream import TextToken
 
 log = logging.getLogger(__name__)
 
@@ -101,60 +107,128 @@ class Qwen3TTS:
         # The official defaults: non-streaming for CustomVoice/VoiceDesign, dual-track for clones.
         return "dual_track" if self.variant == "base" else "non_streaming"
 
-    def voice_for(self, request: SynthesisRequest) -> Voice:
-        """Resolve the request's voice fields; reference audio becomes an x-vector (and codes)."""
+    def parts(self) -> ModelParts:
+        return ModelParts(self.talker, self.tokenizer, self.text_ids, self.variant, self.model_size)
+
+    def voice(
+        self,
+        speaker: str | None = None,
+        language: str = "auto",
+        instruct: str | None = None,
+        ref_audio: tuple[np.ndarray, int] | None = None,
+        ref_text: str | None = None,
+        speaker_embedding: np.ndarray | None = None,
+    ) -> Voice:
+        """Resolve a voice's fields; reference audio becomes an x-vector (and codes, with ref_text)."""
         xvector = ref_codes = None
-        if request.speaker_embedding is not None:
-            xvector = torch.as_tensor(np.asarray(request.speaker_embedding, dtype=np.float32)).reshape(-1)
-        if request.ref_audio is not None:
+        if speaker_embedding is not None:
+            xvector = torch.as_tensor(np.asarray(speaker_embedding, dtype=np.float32)).reshape(-1)
+            if not torch.isfinite(xvector).all():
+                raise ValueError("speaker embedding holds non-finite values")
+        if ref_audio is not None:
             if self.speaker_encoder is None or self.codec_encoder is None:
                 raise ValueError(f"reference audio needs a Base checkpoint; this one is {self.variant}")
             if xvector is not None:
                 raise ValueError("give reference audio or a speaker embedding, not both")
-            wav = speaker_encoder.prepare_reference_audio(*request.ref_audio)
+            wav = speaker_encoder.prepare_reference_audio(*ref_audio)
             xvector = speaker_encoder.extract_xvector(self.speaker_encoder, wav)
-            if request.ref_text:
+            if ref_text:
                 audio = torch.as_tensor(wav, device=self.device, dtype=self.dtype)[None]
                 ref_codes = self.codec_encoder.encode(audio)[0]
-        elif request.ref_text:
+        elif ref_text:
             raise ValueError("ref_text needs ref_audio: in-context cloning uses the reference audio's codes")
         return Voice(
-            speaker=request.speaker,
-            language=request.language,
-            instruct=request.instruct,
+            speaker=speaker,
+            language=language,
+            instruct=instruct,
             xvector=xvector,
             ref_codes=ref_codes,
-            ref_text=request.ref_text if ref_codes is not None else None,
+            ref_text=ref_text if ref_codes is not None else None,
         )
 
     @torch.inference_mode()
     def synthesize(self, request: SynthesisRequest) -> SynthesisResult:
-        """Generate one utterance: codes, then audio through the codec decoder."""
-        if request.greedy and request.seed is not None:
-            raise ValueError("greedy decoding takes no seed")
-        voice = self.voice_for(request)
-        layout = request.layout or self.default_layout()
+        """Generate one utterance with all its text known: one stream through the scheduler, in this
+        thread, as one talker sequence (as the official generate does); then one decode."""
+        options = StreamOptions(
+            layout=request.layout or self.default_layout(),
+            greedy=request.greedy,
+            seed=request.seed,
+            max_frames=request.max_frames or self.generation_config.get("max_new_tokens", 8192) - 1,
+            suppress_eos=request.suppress_eos,
+        )
+        voice = self.voice(
+            request.speaker,
+            request.language,
+            request.instruct,
+            request.ref_audio,
+            request.ref_text,
+            request.speaker_embedding,
+        )
         prompt = build_prompt(
             self.talker,
             self.tokenizer,
             self.text_ids,
             request.text,
             voice,
-            layout,
+            options.layout,
             self.variant,
             self.model_size,
         )
-        options = GenerationOptions.from_generation_config(
-            self.generation_config, request.greedy, request.max_frames, request.suppress_eos
+        assert options.max_frames is not None
+        config = EngineConfig(
+            max_streams=1,
+            kv_length=max(64, prompt.prefill.shape[0] + options.max_frames),
+            lookahead_tokens=1,
+            segments=SegmentPolicy(sentence_tokens=None, max_tokens=None),
         )
-        codes = generate_codes(self.talker, [prompt], options, [request.seed], self.text_ids.tts_pad)[0]
+        collector = _CodesCollector()
+        scheduler = Scheduler(self.parts(), config, collector, max_ahead_samples=None)
+        stream = Stream(0, voice, options, self.tokenizer, wake=lambda: None)
+        stream.push_text(request.text)
+        stream.end()
+        generation = GenerationOptions.from_generation_config(
+            self.generation_config, greedy=options.greedy, suppress_eos=options.suppress_eos
+        )
+        scheduler.submit(stream, generation, lookahead=1)
+        while collector.reason is None:
+            if not scheduler.step():
+                raise RuntimeError("synthesis stalled: the scheduler has nothing to do before the end")
+        if collector.error is not None:
+            raise collector.error
+        codes = torch.stack(collector.codes) if collector.codes else torch.zeros(0, 16, dtype=torch.long)
         state = self.decoder.new_state(1, self.device, self.dtype)
         if voice.ref_codes is not None:
             # The official decode runs over reference + new codes and cuts the reference part;
             # warming the causal decoder on the reference codes gives the same samples.
             self.decoder.decode_step(voice.ref_codes[None].to(self.device), state)
-        audio = self.decoder.decode_step(codes[None], state)[0] if len(codes) else torch.zeros(0)
-        return SynthesisResult(
-            audio=audio.float().cpu().numpy(),
-            codes=codes.cpu().numpy().astype(np.int64),
+        audio = (
+            self.decoder.decode_step(codes[None].to(self.device), state)[0] if len(codes) else torch.zeros(0)
         )
+        return SynthesisResult(audio=audio.float().cpu().numpy(), codes=codes.numpy().astype(np.int64))
+
+
+class _CodesCollector:
+    """A FrameSink that keeps one stream's codes (offline synthesis decodes them at once)."""
+
+    def __init__(self) -> None:
+        self.codes: list[torch.Tensor] = []
+        self.reason: str | None = None
+        self.error: EngineError | None = None
+
+    def open(self, stream: Stream, warmup: torch.Tensor | None) -> None:
+        pass
+
+    def frames(self, streams: list[Stream], codes: torch.Tensor, tokens: list[list[TextToken]]) -> None:
+        self.codes.extend(codes)
+
+    def segment_end(self, stream: Stream, flushed: bool) -> None:
+        pass
+
+    def close(self, stream: Stream, reason: str, frames: int, end_step: int) -> None:
+        self.reason = reason
+
+    def drop(
+        self, stream: Stream, reason: str, frames: int, end_step: int, error: EngineError | None
+    ) -> None:
+        self.reason, self.error = reason, error

@@ -97,6 +97,11 @@ class TextTokenizer:
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 
+    def encode_with_offsets(self, text: str) -> list[tuple[int, tuple[int, int]]]:
+        """Ids with the character span of `text` each covers."""
+        encoding = self._tok.encode(text, add_special_tokens=False)
+        return list(zip(encoding.ids, encoding.offsets, strict=True))
+
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)
 

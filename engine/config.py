@@ -1,0 +1,112 @@
+"""Engine configuration (one YAML profile per deployment, in configs/) and per-stream options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from voicewire.engine.errors import InvalidOptions
+from voicewire.engine.prompt import LAYOUTS
+from voicewire.engine.sampling import SamplingParams
+from voicewire.engine.segments import SegmentPolicy
+
+
+@dataclass(frozen=True)
+class ChunkSchedule:
+    """How many frames each audio chunk holds: a small first chunk for latency, then larger ones."""
+
+    first_frames: int = 1
+    frames: tuple[int, ...] = (2, 4, 8)  # the chunks after the first; the last size repeats
+
+    def __post_init__(self) -> None:
+        sizes = (self.first_frames, *self.frames)
+        if not self.frames or any(not isinstance(n, int) or n < 1 for n in sizes):
+            raise InvalidOptions(f"chunk sizes must be whole numbers >= 1, got {list(sizes)}")
+
+    def size(self, index: int) -> int:
+        """Frames in chunk `index` (0 = the first)."""
+        if index == 0:
+            return self.first_frames
+        return self.frames[min(index - 1, len(self.frames) - 1)]
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """Per-stream settings; None takes the checkpoint's generation_config.json or the engine's default."""
+
+    layout: str = "dual_track"  # non_streaming waits for flush/end and puts all text in the prompt
+    greedy: bool = False
+    seed: int | None = None
+    talker: SamplingParams | None = None
+    predictor: SamplingParams | None = None
+    repetition_penalty: float | None = None
+    max_frames: int | None = None  # cap on the whole stream's frames
+    suppress_eos: bool = False  # no EOS: segments run to their frame cap (benchmarks)
+    lookahead_tokens: int | None = None
+    chunks: ChunkSchedule | None = None
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise InvalidOptions(f"unknown layout {self.layout!r}; allowed: {', '.join(LAYOUTS)}")
+        if self.greedy and self.seed is not None:
+            raise InvalidOptions("greedy decoding takes no seed")
+        if self.max_frames is not None and self.max_frames < 1:
+            raise InvalidOptions(f"max_frames must be >= 1, got {self.max_frames}")
+        if self.lookahead_tokens is not None and self.lookahead_tokens < 1:
+            raise InvalidOptions(f"lookahead_tokens must be >= 1, got {self.lookahead_tokens}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str = "tiny"  # checkpoint folder, Hugging Face repo id, or 'tiny'
+    device: str = "cpu"
+    dtype: str = "float32"
+    max_streams: int = 8  # stream slots: KV caches and decoder states are allocated for this many
+    kv_length: int = 1024  # talker KV positions per slot: voice prefix + one segment's frames
+    lookahead_tokens: int = 3  # text tokens a segment waits for before its first frame
+    max_prefills_per_step: int = 4  # new talker sequences started between two batched steps
+    max_buffered_seconds: float = 30.0  # audio a stream may run ahead of its reader
+    segments: SegmentPolicy = field(default_factory=SegmentPolicy)
+    chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
+
+    def __post_init__(self) -> None:
+        if self.max_streams < 1:
+            raise InvalidOptions(f"max_streams must be >= 1, got {self.max_streams}")
+        if self.kv_length < 64:
+            raise InvalidOptions(f"kv_length must be >= 64, got {self.kv_length}")
+        if self.lookahead_tokens < 1 or self.max_prefills_per_step < 1:
+            raise InvalidOptions("lookahead_tokens and max_prefills_per_step must be >= 1")
+        if self.max_buffered_seconds <= 0:
+            raise InvalidOptions(f"max_buffered_seconds must be > 0, got {self.max_buffered_seconds}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidOptions(
+                f"unknown engine settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
+            )
+        values = dict(data)
+        if "segments" in values:
+            values["segments"] = SegmentPolicy(**values["segments"])
+        if "chunks" in values:
+            chunks = dict(values["chunks"])
+            if "frames" in chunks:
+                chunks["frames"] = tuple(chunks["frames"])
+            values["chunks"] = ChunkSchedule(**chunks)
+        return cls(**values)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> EngineConfig:
+        """The `engine:` section of a profile in configs/, with keyword overrides."""
+        with open(path, encoding="utf-8") as f:
+            profile = yaml.safe_load(f) or {}
+        if not isinstance(profile, dict) or not isinstance(profile.get("engine", {}), dict):
+            raise InvalidOptions(f"{path}: expected a mapping with an 'engine:' section")
+        data = dict(profile.get("engine", {}))
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.from_dict(data)

@@ -1,0 +1,246 @@
+"""The decoder stage: frames from the scheduler become audio chunks, batched across streams.
+
+It runs in its own thread, fed by a queue, so the talker never waits for it. Each stream owns a
+row of one `CodecDecoderState`; the incremental decoder carries its context, so chunks hold
+exactly the new samples and equal one full decode. A stream's frames wait until its next chunk
+size is reached (small first chunk, larger later), or until a segment end, flush or close drains
+them; streams due with the same frame count decode in one call.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import queue
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from voicewire.engine.codec_decoder import CodecDecoder
+from voicewire.engine.config import ChunkSchedule
+from voicewire.engine.errors import EngineError, StreamFailed
+from voicewire.engine.stream import SAMPLES_PER_FRAME, AudioChunk, Stream, StreamResult
+from voicewire.engine.text_stream import TextToken
+
+log = logging.getLogger(__name__)
+
+MAX_DECODE_FRAMES = 32  # a stream that fell behind catches up in chunks of at most this many frames
+
+
+@dataclass
+class _Frame:
+    codes: Tensor  # [16] int64, CPU
+    tokens: list[TextToken]  # text that entered the talker with this frame
+
+
+@dataclass
+class _Mark:
+    flushed: bool = False
+    close: tuple[str, int, int] | None = None  # (reason, frames, end step)
+
+
+@dataclass
+class _Decoding:
+    stream: Stream
+    row: int
+    chunks: ChunkSchedule
+    queue: deque[_Frame | _Mark] = field(default_factory=deque)
+    chunk_index: int = 0
+    offset: int = 0  # samples delivered
+    text_end: int = 0
+
+    def due(self) -> int:
+        """Frames to decode now (0: none yet)."""
+        frames = 0
+        for item in self.queue:
+            if isinstance(item, _Mark):
+                return frames  # a mark drains what comes before it
+            frames += 1
+        size = self.chunks.size(self.chunk_index)
+        if frames < size:
+            return 0
+        return min(max(size, frames // size * size), MAX_DECODE_FRAMES)
+
+
+class DecoderStage:
+    def __init__(self, decoder: CodecDecoder, slots: int, chunks: ChunkSchedule) -> None:
+        weight = decoder.pre_conv.conv.weight
+        self.decoder = decoder
+        self.device = weight.device
+        self.state = decoder.new_state(slots, weight.device, weight.dtype)
+        self.chunks = chunks
+        self._free = list(range(slots))
+        self._streams: dict[int, _Decoding] = {}
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    # --- FrameSink, called from the scheduler's thread ------------------------------------------
+
+    def open(self, stream: Stream, warmup: Tensor | None) -> None:
+        self._inbox.put(("open", stream, warmup))
+
+    def frames(self, streams: list[Stream], codes: Tensor, tokens: list[list[TextToken]]) -> None:
+        self._inbox.put(("frames", streams, codes, tokens))
+
+    def segment_end(self, stream: Stream, flushed: bool) -> None:
+        self._inbox.put(("mark", stream, _Mark(flushed=flushed)))
+
+    def close(self, stream: Stream, reason: str, frames: int, end_step: int) -> None:
+        self._inbox.put(("mark", stream, _Mark(close=(reason, frames, end_step))))
+
+    def drop(
+        self, stream: Stream, reason: str, frames: int, end_step: int, error: EngineError | None
+    ) -> None:
+        self._inbox.put(("drop", stream, (reason, frames, end_step, error)))
+
+    # --- the decoder's thread -------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Decode until `stop` is set."""
+        while not stop.is_set():
+            try:
+                message = self._inbox.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            self._apply(message)
+            self.process()
+
+    @torch.inference_mode()
+    def process(self) -> None:
+        """Apply every queued message and decode everything that is due."""
+        while True:
+            try:
+                self._apply(self._inbox.get_nowait())
+            except queue.Empty:
+                break
+        while self._decode_due():
+            pass
+
+    def _apply(self, message: tuple) -> None:
+        kind, *args = message
+        if kind == "open":
+            stream, warmup = args
+            row = heapq.heappop(self._free)
+            self._streams[stream.id] = _Decoding(stream, row, stream.options.chunks or self.chunks)
+            rows = torch.zeros(self.state.pos.shape[0], dtype=torch.bool, device=self.device)
+            rows[row] = True
+            self.state.reset(rows)
+            if warmup is not None:
+                self._warm_up(row, warmup)
+        elif kind == "frames":
+            streams, codes, tokens = args
+            for i, (stream, token) in enumerate(zip(streams, tokens, strict=True)):
+                decoding = self._streams.get(stream.id)
+                if decoding is not None:  # None: it failed here and the scheduler has not seen that yet
+                    decoding.queue.append(_Frame(codes[i], token))
+        elif kind == "mark":
+            stream, mark = args
+            if stream.id in self._streams:
+                self._streams[stream.id].queue.append(mark)
+        elif kind == "drop":
+            stream, (reason, frames, end_step, error) = args
+            decoding = self._streams.pop(stream.id, None)
+            if stream.result is not None:
+                return
+            delivered = (
+                stream.consumed_samples if reason == "cancelled" else (decoding.offset if decoding else 0)
+            )
+            if decoding is not None:
+                heapq.heappush(self._free, decoding.row)
+            stream.finish(
+                StreamResult(reason, frames, frames * SAMPLES_PER_FRAME, delivered, end_step, error)
+            )
+
+    @torch.inference_mode()
+    def _warm_up(self, row: int, codes: Tensor) -> None:
+        # In-context cloning: the audio continues the reference, so the decoder starts from its codes.
+        rows = torch.tensor([row], device=self.device)
+        part = self.state.select(rows)
+        self.decoder.decode_step(codes[None].to(self.device), part)
+        self.state.assign(rows, part)
+
+    def _decode_due(self) -> bool:
+        """Decode one round of due chunks, then deliver marks; returns whether anything happened."""
+        groups: dict[int, list[_Decoding]] = {}
+        marked = []
+        for decoding in list(self._streams.values()):
+            n = decoding.due()
+            if n:
+                groups.setdefault(n, []).append(decoding)
+            elif decoding.queue and isinstance(decoding.queue[0], _Mark):
+                marked.append(decoding)
+        for n, group in groups.items():
+            self._decode(n, group)
+        for decoding in marked:
+            self._deliver_mark(decoding)
+        return bool(groups or marked)
+
+    def _decode(self, n: int, group: list[_Decoding]) -> None:
+        frames = [[decoding.queue.popleft() for _ in range(n)] for decoding in group]
+        try:
+            rows = torch.tensor([d.row for d in group], device=self.device)
+            codes = torch.stack([torch.stack([f.codes for f in fs]) for fs in frames]).to(self.device)
+            part = self.state.select(rows)
+            audio = self.decoder.decode_step(codes, part)
+            self.state.assign(rows, part)
+            pcm = audio.float().cpu().numpy()
+        except Exception as exc:
+            log.exception("decoding failed for %d streams", len(group))
+            for decoding in group:
+                self._fail(decoding, exc)
+            return
+        for decoding, fs, samples in zip(group, frames, pcm, strict=True):
+            tokens = [t for f in fs for t in f.tokens]
+            decoding.text_end = tokens[-1].end if tokens else decoding.text_end
+            mark = decoding.queue[0] if decoding.queue and isinstance(decoding.queue[0], _Mark) else None
+            codes_np = torch.stack([f.codes for f in fs]).numpy()
+            self._emit(decoding, samples, codes_np, "".join(t.text for t in tokens), mark)
+            if mark is not None:
+                decoding.queue.popleft()
+                self._after_mark(decoding, mark)
+
+    def _deliver_mark(self, decoding: _Decoding) -> None:
+        mark = decoding.queue.popleft()
+        assert isinstance(mark, _Mark)
+        if mark.flushed or mark.close is not None:
+            self._emit(decoding, np.zeros(0, np.float32), np.zeros((0, 16), np.int64), "", mark)
+        self._after_mark(decoding, mark)
+
+    def _emit(
+        self, decoding: _Decoding, pcm: np.ndarray, codes: np.ndarray, text: str, mark: _Mark | None
+    ) -> None:
+        chunk = AudioChunk(
+            pcm=pcm,
+            offset=decoding.offset,
+            codes=codes,
+            text=text,
+            text_end=decoding.text_end,
+            flushed=bool(mark and mark.flushed),
+            final=bool(mark and mark.close is not None),
+        )
+        decoding.offset += pcm.shape[0]
+        decoding.chunk_index += 1
+        decoding.stream.deliver(chunk)
+
+    def _after_mark(self, decoding: _Decoding, mark: _Mark) -> None:
+        if mark.close is None:
+            return
+        reason, frames, end_step = mark.close
+        self._streams.pop(decoding.stream.id)
+        heapq.heappush(self._free, decoding.row)
+        decoding.stream.finish(
+            StreamResult(reason, frames, frames * SAMPLES_PER_FRAME, decoding.offset, end_step)
+        )
+
+    def _fail(self, decoding: _Decoding, exc: Exception) -> None:
+        self._streams.pop(decoding.stream.id, None)
+        heapq.heappush(self._free, decoding.row)
+        frames = decoding.offset // SAMPLES_PER_FRAME
+        error = StreamFailed(f"decoding failed: {type(exc).__name__}: {exc}")
+        decoding.stream.finish(
+            StreamResult("error", frames, frames * SAMPLES_PER_FRAME, decoding.offset, 0, error)
+        )
+        decoding.stream.abort()  # the scheduler releases its slot at its next step

@@ -1,0 +1,144 @@
+"""The public engine: `Engine.from_config(...)`, `engine.open_stream(voice, options) -> Stream`.
+
+Two threads do the work: the scheduler's (talker and code predictor, batched over all streams)
+and the decoder stage's (codec decoder, batched over streams with due chunks). Callers talk to
+their `Stream` handles from any thread; audio comes back in the event loop the stream was
+opened in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine.decode_stage import DecoderStage
+from voicewire.engine.errors import InvalidVoice
+from voicewire.engine.frame_step import GenerationOptions
+from voicewire.engine.model import Qwen3TTS
+from voicewire.engine.prompt import Voice, check_voice
+from voicewire.engine.scheduler import Scheduler
+from voicewire.engine.stream import SAMPLE_RATE, Stream
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.05  # the scheduler sleeps this long at most when no stream can step
+
+
+class Engine:
+    """Streams text to speech for many streams at once on one device."""
+
+    def __init__(self, model: Qwen3TTS, config: EngineConfig | None = None) -> None:
+        self.model = model
+        self.config = config or EngineConfig()
+        self.decoder_stage = DecoderStage(model.decoder, self.config.max_streams, self.config.chunks)
+        self.scheduler = Scheduler(
+            model.parts(),
+            self.config,
+            self.decoder_stage,
+            max_ahead_samples=int(self.config.max_buffered_seconds * SAMPLE_RATE),
+        )
+        self._ids = itertools.count(1)
+        self._wake_event = threading.Event()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._threads = [
+            threading.Thread(target=self._run_scheduler, name="voicewire-scheduler", daemon=True),
+            threading.Thread(
+                target=self.decoder_stage.run, args=(self._stop,), name="voicewire-decoder", daemon=True
+            ),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @classmethod
+    def from_config(cls, config: EngineConfig | str | Path | None = None, **overrides: Any) -> Engine:
+        """Load the configured checkpoint and start the engine. `config` is an EngineConfig, a YAML
+        profile path (its `engine:` section), or None for the defaults; keywords override settings."""
+        if config is None:
+            config = EngineConfig.from_dict(overrides)
+        elif not isinstance(config, EngineConfig):
+            config = EngineConfig.from_yaml(config, **overrides)
+        elif overrides:
+            config = EngineConfig.from_dict({**config.__dict__, **overrides})
+        model = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)
+        if model.is_builtin_tiny:
+            log.warning(
+                "model 'tiny' is a random checkpoint: it exercises the pipeline but does not speak words"
+            )
+        return cls(model, config)
+
+    @property
+    def sample_rate(self) -> int:
+        return SAMPLE_RATE
+
+    @property
+    def live_streams(self) -> int:
+        return self.scheduler.live_streams
+
+    @property
+    def used_slots(self) -> int:
+        return self.scheduler.used_slots
+
+    def voice(self, **fields: Any) -> Voice:
+        """A voice from request fields (speaker, language, instruct, ref_audio, ref_text,
+        speaker_embedding); reference audio is turned into an x-vector (and codes) here."""
+        try:
+            return self.model.voice(**fields)
+        except ValueError as exc:
+            raise InvalidVoice(str(exc)) from exc
+
+    def open_stream(self, voice: Voice, options: StreamOptions | None = None) -> Stream:
+        """Open a stream; push text to it and iterate it for audio. Call it in the event loop that
+        will read the audio. Raises InvalidVoice, InvalidOptions or EngineFull."""
+        if self._error is not None:
+            raise RuntimeError("the engine's scheduler stopped") from self._error
+        options = options or StreamOptions()
+        try:
+            check_voice(self.model.talker, voice, self.model.variant, self.model.model_size)
+        except ValueError as exc:
+            raise InvalidVoice(str(exc)) from exc
+        generation = GenerationOptions.from_generation_config(
+            self.model.generation_config,
+            greedy=options.greedy,
+            suppress_eos=options.suppress_eos,
+            talker=options.talker,
+            predictor=options.predictor,
+            repetition_penalty=options.repetition_penalty,
+        )
+        stream = Stream(next(self._ids), voice, options, self.model.tokenizer, self._wake)
+        if stream._loop is None:
+            raise RuntimeError("open_stream must be called inside a running asyncio event loop")
+        lookahead = options.lookahead_tokens or self.config.lookahead_tokens
+        self.scheduler.submit(stream, generation, lookahead)
+        self._wake()
+        return stream
+
+    def _wake(self) -> None:
+        self._wake_event.set()
+
+    def _run_scheduler(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._wake_event.clear()
+                if not self.scheduler.step():
+                    self._wake_event.wait(IDLE_WAIT_S)
+        except BaseException as exc:  # a bug, not a stream's fault: keep it for open_stream to report
+            log.exception("the scheduler stopped")
+            self._error = exc
+
+    def close(self) -> None:
+        """Stop both threads. Open streams get no more audio."""
+        self._stop.set()
+        self._wake()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

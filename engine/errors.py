@@ -1,0 +1,36 @@
+"""Engine errors: a stable code and a human message. The server maps codes to what clients see."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    code = "engine_error"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class InvalidVoice(EngineError, ValueError):
+    code = "invalid_voice"
+
+
+class InvalidOptions(EngineError, ValueError):
+    code = "invalid_options"
+
+
+class StreamClosed(EngineError):
+    code = "stream_closed"
+
+
+class EngineFull(EngineError):
+    code = "engine_full"
+
+
+class StreamFailed(EngineError):
+    code = "stream_failed"

@@ -1,0 +1,322 @@
+"""The scheduler: the talker side of the async_chunk pipeline.
+
+Each `step()` takes in new streams and their text, starts talker sequences that have enough text
+(prefill, a few per step so live streams never stall), then runs one batched frame for every
+stream whose text track can feed it, and hands the frames to a `FrameSink` (the decoder stage).
+A stream that has run out of text before a flush or the end is simply left out of the batch: it
+waits, keeping its slot and KV, and no tts_pad is fed. Streams that finish, fail or are cancelled
+free their slot in the same step.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from voicewire.engine.config import EngineConfig
+from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
+from voicewire.engine.frame_step import MIN_FRAMES, FrameStepper, GenerationOptions
+from voicewire.engine.prompt import TextIds, VoicePrompt, build_voice_prompt, segment_can_start, segment_rows
+from voicewire.engine.segments import Segment, SegmentQueue
+from voicewire.engine.stream import SAMPLES_PER_FRAME, Mark, Stream
+from voicewire.engine.talker import Talker
+from voicewire.engine.text_stream import TextToken
+from voicewire.engine.text_tokenizer import TextTokenizer
+
+log = logging.getLogger(__name__)
+
+
+class FrameSink(Protocol):
+    """Where frames go, in order per stream: open, frames and segment ends, then close or drop."""
+
+    def open(self, stream: Stream, warmup: Tensor | None) -> None: ...
+
+    def frames(self, streams: list[Stream], codes: Tensor, tokens: list[list[TextToken]]) -> None: ...
+
+    def segment_end(self, stream: Stream, flushed: bool) -> None: ...
+
+    def close(self, stream: Stream, reason: str, frames: int, end_step: int) -> None: ...
+
+    def drop(
+        self, stream: Stream, reason: str, frames: int, end_step: int, error: EngineError | None
+    ) -> None: ...
+
+
+@dataclass
+class _Live:
+    """The scheduler's state for one stream; `slot` is its row in every batched tensor."""
+
+    stream: Stream
+    options: GenerationOptions
+    max_frames: int | None
+    lookahead: int
+    segments: SegmentQueue
+    slot: int
+    voice: VoicePrompt | None = None
+    frames: int = 0
+    frame_cap: int = 0  # frames the running segment may still reach (KV bound)
+    started: bool = False  # the voice prefix is in the KV cache
+    prefilled_tokens: list[TextToken] = field(default_factory=list)  # reported with the next frame
+    ended: bool = False
+    released: bool = False
+
+
+@dataclass(frozen=True)
+class ModelParts:
+    """What the scheduler needs of a loaded checkpoint."""
+
+    talker: Talker
+    tokenizer: TextTokenizer
+    text_ids: TextIds
+    variant: str
+    model_size: str
+
+
+class Scheduler:
+    def __init__(
+        self, parts: ModelParts, config: EngineConfig, sink: FrameSink, max_ahead_samples: int | None
+    ) -> None:
+        self.parts = parts
+        self.config = config
+        self.sink = sink
+        self.max_ahead_samples = max_ahead_samples
+        self.stepper = FrameStepper(parts.talker, config.max_streams, config.kv_length)
+        self.steps = 0
+        self._free = list(range(config.max_streams))
+        self._live: list[_Live] = []
+        self._incoming: list[_Live] = []
+        self._lock = threading.Lock()
+        self._reserved = 0
+
+    # --- any thread ----------------------------------------------------------------------------
+
+    def submit(self, stream: Stream, options: GenerationOptions, lookahead: int) -> None:
+        """Queue a new stream; raises EngineFull when every slot is taken."""
+        segments = SegmentQueue([], self.parts.text_ids.tts_eos, self.config.segments)
+        with self._lock:
+            if self._reserved >= self.config.max_streams:
+                raise EngineFull(f"all {self.config.max_streams} stream slots are in use")
+            slot = heapq.heappop(self._free)
+            self._reserved += 1
+            live = _Live(stream, options, stream.options.max_frames, lookahead, segments, slot)
+            self._incoming.append(live)
+
+    @property
+    def live_streams(self) -> int:
+        with self._lock:
+            return self._reserved
+
+    @property
+    def used_slots(self) -> int:
+        with self._lock:
+            return self.config.max_streams - len(self._free)
+
+    # --- the scheduler's thread ----------------------------------------------------------------
+
+    def step(self) -> bool:
+        """One scheduling round; returns whether it did any model work."""
+        with self._lock:
+            incoming, self._incoming = self._incoming, []
+        for live in incoming:
+            self._admit(live)
+        for live in list(self._live):
+            self._drain(live)
+        worked = False
+        prefills = 0
+        for live in list(self._live):
+            if prefills < self.config.max_prefills_per_step and self._advance(live):
+                prefills += 1
+                worked = True
+        ready = [live for live in self._live if self._ready(live)]
+        if ready:
+            self._step(ready)
+            worked = True
+        return worked
+
+    def _admit(self, live: _Live) -> None:
+        self._live.append(live)
+        try:
+            parts = self.parts
+            live.voice = build_voice_prompt(
+                parts.talker,
+                parts.tokenizer,
+                parts.text_ids,
+                live.stream.voice,
+                parts.variant,
+                parts.model_size,
+            )
+        except Exception as exc:
+            self._fail(live, exc)
+            return
+        live.segments.ref_ids = live.voice.ref_ids
+        generator = None
+        if live.options.samples:
+            seed = live.stream.options.seed
+            generator = torch.Generator(device=self.stepper.device)
+            generator.manual_seed(seed if seed is not None else torch.seed())
+        self.stepper.configure(live.slot, live.options, generator)
+        self.sink.open(live.stream, live.stream.voice.ref_codes)
+
+    def _drain(self, live: _Live) -> None:
+        items, cancel = live.stream.take_inbox()
+        if cancel:
+            self._release(live, "cancelled")
+            return
+        for item in items:
+            if item is Mark.FLUSH:
+                live.segments.close(flushed=True)
+            elif item is Mark.END:
+                live.segments.close(flushed=False)
+                live.ended = True
+            else:
+                live.segments.add(item)
+
+    def _advance(self, live: _Live) -> bool:
+        """Start the stream's next talker sequence if it has enough text; returns whether it prefilled."""
+        while not live.released:
+            segment = live.segments.head
+            if segment is None:
+                if live.ended:
+                    self._release(live, "end")
+                return False
+            if segment.start >= 0:
+                return False
+            if segment.complete and segment.body == 0:  # a flush with nothing new to say
+                live.segments.segments.popleft()
+                self.sink.segment_end(live.stream, segment.flushed)
+                continue
+            return self._prefill(live, segment)
+        return False
+
+    def _prefill(self, live: _Live, segment: Segment) -> bool:
+        voice = live.voice
+        assert voice is not None
+        layout = live.stream.options.layout
+        if not segment_can_start(voice, len(segment.seq), segment.complete, layout):
+            return False
+        if not segment.complete and segment.body < live.lookahead:
+            return False
+        try:
+            rows, held = segment_rows(self.parts.talker, voice, segment.seq, layout)
+            # The first sequence runs the voice prefix too; later ones reuse its KV.
+            start = voice.prefix.shape[0] if live.started else 0
+            if not live.started:
+                rows = torch.cat((voice.prefix, rows))
+            self.stepper.prefill(live.slot, rows, start)
+        except Exception as exc:
+            self._fail(live, exc)
+            return True
+        live.started = True
+        segment.start = held
+        live.prefilled_tokens = [t for t in segment.tokens[:held] if t is not None]
+        live.frame_cap = self.config.kv_length - (start + rows.shape[0])
+        if live.frame_cap < MIN_FRAMES:
+            self._fail(live, ValueError(f"kv_length {self.config.kv_length} leaves no room to speak"))
+        return True
+
+    def _ready(self, live: _Live) -> bool:
+        segment = live.segments.head
+        if live.released or segment is None or segment.start < 0:
+            return False
+        if segment.next_id(self.parts.text_ids.tts_pad) is None:
+            return False  # waiting for text
+        ahead = live.frames * SAMPLES_PER_FRAME - live.stream.consumed_samples
+        return self.max_ahead_samples is None or ahead < self.max_ahead_samples
+
+    def _step(self, ready: list[_Live]) -> None:
+        n = max(live.slot for live in ready) + 1
+        active = [False] * n
+        ids = [self.parts.text_ids.tts_pad] * n
+        fed: list[list[TextToken]] = []
+        for live in ready:
+            segment = live.segments.head
+            assert segment is not None
+            next_id = segment.next_id(self.parts.text_ids.tts_pad)
+            assert next_id is not None
+            active[live.slot] = True
+            ids[live.slot] = next_id[0]
+            fed.append([*live.prefilled_tokens, *([next_id[1]] if next_id[1] is not None else [])])
+            live.prefilled_tokens = []
+        try:
+            text_rows = self.parts.talker.embed_text(torch.tensor(ids, device=self.stepper.device))
+            frame, code0, finite = self.stepper.step(n, active, text_rows)
+            frame, code0, finite = frame.cpu(), code0.cpu(), finite.cpu()  # the one host sync per step
+        except Exception as exc:
+            log.exception("batched step failed for %d streams", len(ready))
+            for live in ready:
+                self._fail(live, exc)
+            return
+        self.steps += 1
+        ok = [live for live in ready if bool(finite[live.slot])]
+        for live in ready:
+            if not bool(finite[live.slot]):
+                self._fail(live, StreamFailed("the talker produced non-finite values for this stream"))
+        if not ok:
+            return
+        rows = torch.tensor([live.slot for live in ok])
+        self.sink.frames(
+            [live.stream for live in ok],
+            frame.index_select(0, rows),
+            [token for live, token in zip(ready, fed, strict=True) if live in ok],
+        )
+        eos = self.parts.talker.cfg.codec_eos_id
+        for live in ok:
+            segment = live.segments.head
+            assert segment is not None
+            segment.frames += 1
+            live.frames += 1
+            if live.max_frames is not None and live.frames >= live.max_frames:
+                self._release(live, "max_frames")
+            elif int(code0[live.slot]) == eos or segment.frames >= live.frame_cap:
+                if segment.frames >= live.frame_cap and not live.options.suppress_eos:
+                    log.warning(
+                        "stream %d: a segment reached the KV bound (%d frames)",
+                        live.stream.id,
+                        segment.frames,
+                    )
+                self._end_segment(live)
+
+    def _end_segment(self, live: _Live) -> None:
+        """The running talker sequence is over; text it did not reach moves to a new segment."""
+        segment = live.segments.segments.popleft()
+        index = segment.start + segment.frames
+        left = [t for t in segment.tokens[index:] if t is not None]
+        if left or not segment.complete:
+            rest = Segment(
+                [*live.segments.ref_ids, *(t.id for t in left)],
+                [*[None] * len(live.segments.ref_ids), *left],
+                body=len(left),
+            )
+            if segment.complete:
+                rest.seq.append(self.parts.text_ids.tts_eos)
+                rest.tokens.append(None)
+                rest.complete, rest.flushed = True, segment.flushed
+            if rest.body:
+                live.segments.segments.appendleft(rest)
+                self.sink.segment_end(live.stream, False)
+                return
+        self.sink.segment_end(live.stream, segment.flushed)
+
+    def _fail(self, live: _Live, exc: Exception) -> None:
+        error = exc if isinstance(exc, EngineError) else StreamFailed(f"{type(exc).__name__}: {exc}")
+        log.warning("stream %d failed: %s", live.stream.id, error)
+        self._release(live, "error", error)
+
+    def _release(self, live: _Live, reason: str, error: EngineError | None = None) -> None:
+        if live.released:
+            return
+        live.released = True
+        self._live.remove(live)
+        if reason in ("end", "max_frames"):
+            self.sink.close(live.stream, reason, live.frames, self.steps)
+        else:
+            self.sink.drop(live.stream, reason, live.frames, self.steps, error)
+        with self._lock:
+            heapq.heappush(self._free, live.slot)
+            self._reserved -= 1
