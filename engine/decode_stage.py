@@ -23,8 +23,8 @@ from torch import Tensor
 from voicewire.engine.codec_decoder import CodecDecoder
 from voicewire.engine.config import ChunkSchedule
 from voicewire.engine.errors import EngineError, StreamFailed
+from voicewire.engine.segments import TrackEntry
 from voicewire.engine.stream import SAMPLES_PER_FRAME, AudioChunk, Stream, StreamResult
-from voicewire.engine.text_stream import TextToken
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ MAX_DECODE_FRAMES = 32  # a stream that fell behind catches up in chunks of at m
 @dataclass
 class _Frame:
     codes: Tensor  # [16] int64, CPU
-    tokens: list[TextToken]  # text that entered the talker with this frame
+    fed: TrackEntry
 
 
 @dataclass
@@ -77,13 +77,18 @@ class DecoderStage:
         self._streams: dict[int, _Decoding] = {}
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
 
+    @property
+    def open_streams(self) -> int:
+        """Streams holding a decoder row (read from other threads for stats only)."""
+        return len(self._streams)
+
     # --- FrameSink, called from the scheduler's thread ------------------------------------------
 
     def open(self, stream: Stream, warmup: Tensor | None) -> None:
         self._inbox.put(("open", stream, warmup))
 
-    def frames(self, streams: list[Stream], codes: Tensor, tokens: list[list[TextToken]]) -> None:
-        self._inbox.put(("frames", streams, codes, tokens))
+    def frames(self, streams: list[Stream], codes: Tensor, fed: list[TrackEntry]) -> None:
+        self._inbox.put(("frames", streams, codes, fed))
 
     def segment_end(self, stream: Stream, flushed: bool) -> None:
         self._inbox.put(("mark", stream, _Mark(flushed=flushed)))
@@ -105,7 +110,8 @@ class DecoderStage:
                 message = self._inbox.get(timeout=0.05)
             except queue.Empty:
                 continue
-            self._apply(message)
+            with torch.inference_mode():
+                self._apply(message)
             self.process()
 
     @torch.inference_mode()
@@ -131,11 +137,11 @@ class DecoderStage:
             if warmup is not None:
                 self._warm_up(row, warmup)
         elif kind == "frames":
-            streams, codes, tokens = args
-            for i, (stream, token) in enumerate(zip(streams, tokens, strict=True)):
+            streams, codes, fed = args
+            for i, (stream, entry) in enumerate(zip(streams, fed, strict=True)):
                 decoding = self._streams.get(stream.id)
                 if decoding is not None:  # None: it failed here and the scheduler has not seen that yet
-                    decoding.queue.append(_Frame(codes[i], token))
+                    decoding.queue.append(_Frame(codes[i], entry))
         elif kind == "mark":
             stream, mark = args
             if stream.id in self._streams:
@@ -193,11 +199,12 @@ class DecoderStage:
                 self._fail(decoding, exc)
             return
         for decoding, fs, samples in zip(group, frames, pcm, strict=True):
-            tokens = [t for f in fs for t in f.tokens]
+            tokens = [t for f in fs for t in f.fed.tokens]
             decoding.text_end = tokens[-1].end if tokens else decoding.text_end
             mark = decoding.queue[0] if decoding.queue and isinstance(decoding.queue[0], _Mark) else None
             codes_np = torch.stack([f.codes for f in fs]).numpy()
-            self._emit(decoding, samples, codes_np, "".join(t.text for t in tokens), mark)
+            text_ids = np.array([f.fed.id for f in fs], dtype=np.int64)
+            self._emit(decoding, samples, codes_np, text_ids, "".join(t.text for t in tokens), mark)
             if mark is not None:
                 decoding.queue.popleft()
                 self._after_mark(decoding, mark)
@@ -206,16 +213,24 @@ class DecoderStage:
         mark = decoding.queue.popleft()
         assert isinstance(mark, _Mark)
         if mark.flushed or mark.close is not None:
-            self._emit(decoding, np.zeros(0, np.float32), np.zeros((0, 16), np.int64), "", mark)
+            empty = np.zeros(0, np.int64)
+            self._emit(decoding, np.zeros(0, np.float32), empty.reshape(0, 16), empty, "", mark)
         self._after_mark(decoding, mark)
 
     def _emit(
-        self, decoding: _Decoding, pcm: np.ndarray, codes: np.ndarray, text: str, mark: _Mark | None
+        self,
+        decoding: _Decoding,
+        pcm: np.ndarray,
+        codes: np.ndarray,
+        text_ids: np.ndarray,
+        text: str,
+        mark: _Mark | None,
     ) -> None:
         chunk = AudioChunk(
             pcm=pcm,
             offset=decoding.offset,
             codes=codes,
+            text_ids=text_ids,
             text=text,
             text_end=decoding.text_end,
             flushed=bool(mark and mark.flushed),

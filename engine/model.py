@@ -16,9 +16,8 @@ from voicewire.engine.errors import EngineError
 from voicewire.engine.frame_step import GenerationOptions
 from voicewire.engine.prompt import TextIds, Voice, build_prompt
 from voicewire.engine.scheduler import ModelParts, Scheduler
-from voicewire.engine.segments import SegmentPolicy
+from voicewire.engine.segments import SegmentPolicy, TrackEntry
 from voicewire.engine.stream import Stream
-from voicewire.engine.text_stream import TextToken
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +218,7 @@ class _CodesCollector:
     def open(self, stream: Stream, warmup: torch.Tensor | None) -> None:
         pass
 
-    def frames(self, streams: list[Stream], codes: torch.Tensor, tokens: list[list[TextToken]]) -> None:
+    def frames(self, streams: list[Stream], codes: torch.Tensor, fed: list[TrackEntry]) -> None:
         self.codes.extend(codes)
 
     def segment_end(self, stream: Stream, flushed: bool) -> None:

@@ -23,8 +23,8 @@ from voicewire.engine.config import EngineConfig
 from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
 from voicewire.engine.frame_step import MIN_FRAMES, FrameStepper, GenerationOptions
 from voicewire.engine.prompt import TextIds, VoicePrompt, build_voice_prompt, segment_can_start, segment_rows
-from voicewire.engine.segments import Segment, SegmentQueue
-from voicewire.engine.stream import SAMPLES_PER_FRAME, Mark, Stream
+from voicewire.engine.segments import Segment, SegmentQueue, TrackEntry
+from voicewire.engine.stream import Mark, Stream
 from voicewire.engine.talker import Talker
 from voicewire.engine.text_stream import TextToken
 from voicewire.engine.text_tokenizer import TextTokenizer
@@ -37,7 +37,7 @@ class FrameSink(Protocol):
 
     def open(self, stream: Stream, warmup: Tensor | None) -> None: ...
 
-    def frames(self, streams: list[Stream], codes: Tensor, tokens: list[list[TextToken]]) -> None: ...
+    def frames(self, streams: list[Stream], codes: Tensor, fed: list[TrackEntry]) -> None: ...
 
     def segment_end(self, stream: Stream, flushed: bool) -> None: ...
 
@@ -119,6 +119,7 @@ class Scheduler:
 
     # --- the scheduler's thread ----------------------------------------------------------------
 
+    @torch.inference_mode()
     def step(self) -> bool:
         """One scheduling round; returns whether it did any model work."""
         with self._lock:
@@ -226,14 +227,13 @@ class Scheduler:
             return False
         if segment.next_id(self.parts.text_ids.tts_pad) is None:
             return False  # waiting for text
-        ahead = live.frames * SAMPLES_PER_FRAME - live.stream.consumed_samples
-        return self.max_ahead_samples is None or ahead < self.max_ahead_samples
+        return self.max_ahead_samples is None or live.stream.unread_samples < self.max_ahead_samples
 
     def _step(self, ready: list[_Live]) -> None:
         n = max(live.slot for live in ready) + 1
         active = [False] * n
         ids = [self.parts.text_ids.tts_pad] * n
-        fed: list[list[TextToken]] = []
+        fed: list[TrackEntry] = []
         for live in ready:
             segment = live.segments.head
             assert segment is not None
@@ -241,7 +241,8 @@ class Scheduler:
             assert next_id is not None
             active[live.slot] = True
             ids[live.slot] = next_id[0]
-            fed.append([*live.prefilled_tokens, *([next_id[1]] if next_id[1] is not None else [])])
+            tokens = (*live.prefilled_tokens, *([next_id[1]] if next_id[1] is not None else []))
+            fed.append(TrackEntry(next_id[0], tokens))
             live.prefilled_tokens = []
         try:
             text_rows = self.parts.talker.embed_text(torch.tensor(ids, device=self.stepper.device))
@@ -263,7 +264,7 @@ class Scheduler:
         self.sink.frames(
             [live.stream for live in ok],
             frame.index_select(0, rows),
-            [token for live, token in zip(ready, fed, strict=True) if live in ok],
+            [entry for live, entry in zip(ready, fed, strict=True) if live in ok],
         )
         eos = self.parts.talker.cfg.codec_eos_id
         for live in ok:

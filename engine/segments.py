@@ -31,6 +31,15 @@ class SegmentPolicy:
                 raise ValueError(f"segment {name} must be >= 1 or null, got {value}")
 
 
+@dataclass(frozen=True)
+class TrackEntry:
+    """What one frame was fed on the text track: a text id, tts_eos or tts_pad, and the text tokens
+    that entered the talker with it (the prefill's tokens come with the first frame)."""
+
+    id: int
+    tokens: tuple[TextToken, ...]
+
+
 @dataclass
 class Segment:
     """One talker sequence's text: `seq` = reference ids (in-context cloning) + body ids (+ tts_eos)."""

@@ -31,6 +31,7 @@ class AudioChunk:
     pcm: np.ndarray  # float32 [n] at 24 kHz, only the new samples
     offset: int  # samples of this stream before this chunk
     codes: np.ndarray  # int64 [frames, 16]: the codec frames this chunk decodes (n = frames * 1920)
+    text_ids: np.ndarray  # int64 [frames]: the text-track id each frame was fed (text, tts_eos, tts_pad)
     text: str  # text that entered the talker during these frames
     text_end: int  # characters of the pushed text the talker has consumed so far
     flushed: bool = False  # the audio of everything before a flush() is complete with this chunk
@@ -83,7 +84,8 @@ class Stream:
         self._aborted = False  # the engine gave up on it (decoder failure, consumer gone)
         self._result: StreamResult | None = None
         self._finished = threading.Event()
-        self.consumed_samples = 0
+        self.consumed_samples = 0  # read by the consumer
+        self.delivered_samples = 0  # put in the chunk queue by the decoder stage
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -183,7 +185,13 @@ class Stream:
     def cancel_requested(self) -> bool:
         return self._cancel_requested
 
+    @property
+    def unread_samples(self) -> int:
+        """Audio waiting in the chunk queue (what backpressure bounds)."""
+        return self.delivered_samples - self.consumed_samples
+
     def deliver(self, chunk: AudioChunk) -> None:
+        self.delivered_samples += chunk.pcm.shape[0]
         if self._chunks is not None and not self._cancel_requested:
             self._call_in_loop(self._chunks.put_nowait, chunk)
 

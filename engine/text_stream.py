@@ -29,7 +29,7 @@ class TextToken:
     """One committed text token and the span of the stream's text it came from."""
 
     id: int
-    text: str  # the characters it covers ("" for a piece of a multi-token character)
+    text: str  # the characters it covers ("" when it shares a character with the next token)
     end: int  # offset just past it, in characters of all text pushed to the stream
     sentence_end: bool
 
@@ -82,12 +82,24 @@ class IncrementalTokenizer:
             return []
         text = self._pending[:cut]
         encoding = self._tokenizer.encode_with_offsets(text)
+        # A token covers its characters up to the next token's start, the last one up to the cut:
+        # several byte-level tokens can share a character, and normalization can merge characters.
+        bounds = [start for _, (start, _) in encoding[1:]] + [cut]
+        pieces, done = [], 0
+        for bound in bounds:
+            end = max(done, bound)
+            pieces.append((text[done:end], end))
+            done = end
         tokens = []
-        done = 0  # several byte-level tokens can share one character: give it to the first
-        for token_id, (start, end) in encoding:
-            piece = text[max(start, done) : end]
-            done = max(done, end)
-            tokens.append(TextToken(token_id, piece, self._offset + end, _ends_sentence(piece)))
+        for i, ((token_id, _), (piece, end)) in enumerate(zip(encoding, pieces, strict=True)):
+            # A closing quote after the full stop carries the sentence end, not the stop itself.
+            closer_next = (
+                i + 1 < len(pieces)
+                and pieces[i + 1][0].strip() != ""
+                and all(c in CLOSERS for c in pieces[i + 1][0].strip())
+            )
+            ends = bool(piece.strip()) and not closer_next and _ends_sentence(text[max(0, end - 16) : end])
+            tokens.append(TextToken(token_id, piece, self._offset + end, ends))
         self._pending = self._pending[cut:]
         self._offset += cut
         return tokens
