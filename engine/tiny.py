@@ -343,11 +343,16 @@ def make_checkpoint(folder: str | Path, variant: str, size: str = "tiny", seed: 
     return folder
 
 
-def builtin_tiny_checkpoint(variant: str = "custom_voice") -> Path:
-    """The built-in tiny checkpoint, made once (seeded, so always the same) under the cache folder."""
+def random_checkpoint(variant: str = "custom_voice", size: str = "tiny") -> Path:
+    """A random checkpoint, made once (seeded, so always the same) under the cache folder."""
     root = Path(os.environ.get("VOICEWIRE_CACHE", Path.home() / ".cache" / "voicewire"))
-    folder = root / f"tiny-{variant}-v1"
+    folder = root / f"{size}-{variant}-v1"
     if not (folder / ".complete").exists():
-        make_checkpoint(folder, variant, "tiny", seed=0)
+        make_checkpoint(folder, variant, size, seed=0)
         (folder / ".complete").touch()
     return folder
+
+
+def builtin_tiny_checkpoint(variant: str = "custom_voice") -> Path:
+    """The built-in `tiny` checkpoint."""
+    return random_checkpoint(variant, "tiny")

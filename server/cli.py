@@ -1,4 +1,4 @@
-"""The `voicewire` command: synth (offline synthesis) and make-checkpoint."""
+"""The `voicewire` command: synth (offline synthesis), bench-engine and make-checkpoint."""
 
 from __future__ import annotations
 
@@ -58,6 +58,40 @@ def _make_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_engine(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from voicewire.engine.bench import BenchSettings, run_bench
+    from voicewire.engine.config import EngineConfig
+    from voicewire.engine.engine import Engine
+    from voicewire.engine.model import Qwen3TTS
+    from voicewire.engine.tiny import random_checkpoint
+
+    overrides = {"device": args.device, "dtype": args.dtype, "max_streams": max(args.streams, 1)}
+    if args.kv_length:
+        overrides["kv_length"] = args.kv_length
+    config = (
+        EngineConfig.from_yaml(args.config, **overrides) if args.config else EngineConfig.from_dict(overrides)
+    )
+    model_ref = args.model or str(random_checkpoint(args.variant, args.size))
+    model = Qwen3TTS.load(model_ref, device=config.device, dtype=config.dtype)
+    settings = BenchSettings(streams=args.streams, frames=args.frames, text_rate=args.text_rate)
+
+    async def bench() -> dict:
+        with Engine(model, config) as engine:
+            if args.warmup:  # first calls pay one-time costs (allocator, kernels)
+                await run_bench(engine, BenchSettings(streams=1, frames=args.warmup, text_rate=0))
+            return await run_bench(engine, settings)
+
+    report = asyncio.run(bench())
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voicewire", description="Real-time streaming TTS for Qwen3-TTS.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -86,6 +120,29 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--out", type=Path, required=True, help="output WAV (24 kHz mono)")
     synth.add_argument("--codes-out", type=Path, help="write the codes as .npy, shape [frames, 16]")
     synth.set_defaults(func=_synth)
+
+    bench = sub.add_parser(
+        "bench-engine", help="N concurrent streams through the in-process engine; JSON report"
+    )
+    bench.add_argument(
+        "--model", help="checkpoint folder, repo id or 'tiny' (default: a random one of --size)"
+    )
+    bench.add_argument(
+        "--size", default="tiny", choices=["tiny", "0.6b", "1.7b"], help="random checkpoint size"
+    )
+    bench.add_argument("--variant", default="custom_voice", choices=["base", "custom_voice", "voice_design"])
+    bench.add_argument("--config", type=Path, help="engine profile YAML (configs/*.yaml)")
+    bench.add_argument("--streams", type=int, default=4, help="concurrent streams")
+    bench.add_argument("--frames", type=int, default=50, help="forced frames per stream (80 ms each)")
+    bench.add_argument(
+        "--text-rate", type=float, default=20.0, help="text tokens per second per stream; 0 = all at once"
+    )
+    bench.add_argument("--warmup", type=int, default=4, help="frames of a warm-up stream first (0: none)")
+    bench.add_argument("--kv-length", type=int, help="talker KV positions per stream")
+    bench.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    bench.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    bench.add_argument("--out", type=Path, help="also write the JSON report here")
+    bench.set_defaults(func=_bench_engine)
 
     make = sub.add_parser("make-checkpoint", help="write a random checkpoint in the published layout")
     make.add_argument("dir", type=Path)

@@ -74,3 +74,31 @@ def test_make_checkpoint_then_console_script_synth(tmp_path: Path) -> None:
     info = sf.info(out)
     assert info.samplerate == 24000 and info.channels == 1
     assert info.frames % 1920 == 0 and 2 * 1920 <= info.frames <= 5 * 1920
+
+
+def test_bench_engine_prints_its_json_report(
+    tiny_checkpoints: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import json
+
+    out = tmp_path / "bench.json"
+    args = [
+        "bench-engine",
+        "--model",
+        str(tiny_checkpoints["custom_voice"]),
+        "--streams",
+        "3",
+        "--frames",
+        "12",
+    ]
+    assert main([*args, "--text-rate", "40", "--out", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report == json.loads(out.read_text())
+    assert report["streams"] == 3 and report["frames_per_stream"] == 12 and report["device"] == "cpu"
+    assert report["audio_s"] == pytest.approx(3 * 12 * 0.08)
+    for key in ("first_chunk_ms", "speed_x_realtime"):
+        assert set(report[key]) == {"p50", "p95", "max"}
+        assert 0 < report[key]["p50"] <= report[key]["p95"] <= report[key]["max"]
+    assert report["aggregate_audio_s_per_s"] > 0 and report["wall_s"] > 0 and report["peak_memory_mb"] > 0
+    assert main([*args, "--text-rate", "0", "--warmup", "0"]) == 0  # all text at once
+    assert json.loads(capsys.readouterr().out)["text_rate_tokens_per_s"] == 0

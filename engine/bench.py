@@ -1,0 +1,124 @@
+"""`voicewire bench-engine`: N concurrent streams through the in-process engine, with text arriving
+at an LLM-like rate or all at once and forced frame counts; reports latency and throughput as JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from voicewire.engine.config import StreamOptions
+from voicewire.engine.engine import Engine
+from voicewire.engine.errors import StreamClosed
+from voicewire.engine.stream import SAMPLE_RATE, Stream
+
+BENCH_TEXT = (
+    "Thanks for calling. I found your order, and it shipped this morning. It should arrive on "
+    "Thursday between nine and noon. Is there anything else I can help you with today? "
+)
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    streams: int = 4
+    frames: int = 50  # forced frames per stream (EOS suppressed)
+    text_rate: float = 20.0  # text tokens per second per stream; 0 pushes all text at once
+    speaker: str | None = None
+    seed: int = 0
+
+
+@dataclass
+class _StreamTiming:
+    first_chunk_s: float
+    done_s: float
+    audio_s: float
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    array = np.asarray(values, dtype=np.float64)
+    return {
+        "p50": round(float(np.percentile(array, 50)), 3),
+        "p95": round(float(np.percentile(array, 95)), 3),
+        "max": round(float(array.max()), 3),
+    }
+
+
+async def _drive(engine: Engine, stream: Stream, pieces: list[str], rate: float) -> _StreamTiming:
+    start = time.perf_counter()
+
+    async def feed() -> None:
+        try:
+            for i, piece in enumerate(pieces):
+                if rate > 0:
+                    await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+                stream.push_text(piece)
+            stream.end()
+        except StreamClosed:  # it reached its forced frame count before the text ran out
+            pass
+
+    feeder = asyncio.create_task(feed())
+    first = None
+    samples = 0
+    async for chunk in stream:
+        if first is None and chunk.pcm.shape[0]:
+            first = time.perf_counter() - start
+        samples += chunk.pcm.shape[0]
+    await feeder
+    done = time.perf_counter() - start
+    return _StreamTiming(first if first is not None else done, done, samples / SAMPLE_RATE)
+
+
+async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
+    """Run the streams; returns the JSON-ready report."""
+    model = engine.model
+    speaker = settings.speaker or (
+        sorted(model.talker.cfg.speakers)[0] if model.variant == "custom_voice" else None
+    )
+    voice_fields: dict = {"speaker": speaker}
+    if model.variant == "voice_design":
+        voice_fields = {"instruct": "A clear, friendly voice."}
+    elif model.variant == "base":
+        voice_fields = {"speaker_embedding": np.ones(model.talker.cfg.decoder.hidden_size, np.float32)}
+    voice = engine.voice(**voice_fields)
+    # Text pieces are the tokenizer's own tokens, so the rate is in tokens per second.
+    ids = model.tokenizer.encode(BENCH_TEXT)
+    pieces = [model.tokenizer.decode([i]) for i in ids]
+    if settings.text_rate <= 0:
+        pieces = [BENCH_TEXT]
+    options = [
+        StreamOptions(seed=settings.seed + i, max_frames=settings.frames, suppress_eos=True)
+        for i in range(settings.streams)
+    ]
+    if engine.model.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(engine.model.device)
+    started = time.perf_counter()
+    streams = [engine.open_stream(voice, o) for o in options]
+    timings = await asyncio.gather(*(_drive(engine, s, pieces, settings.text_rate) for s in streams))
+    wall = time.perf_counter() - started
+    if engine.model.device.type == "cuda":
+        peak_mb = torch.cuda.max_memory_allocated(engine.model.device) / 2**20
+    else:
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    audio = sum(t.audio_s for t in timings)
+    return {
+        "device": str(engine.model.device),
+        "device_name": torch.cuda.get_device_name(engine.model.device)
+        if engine.model.device.type == "cuda"
+        else "cpu",
+        "model": str(engine.model.folder),
+        "dtype": str(engine.model.dtype).removeprefix("torch."),
+        "streams": settings.streams,
+        "frames_per_stream": settings.frames,
+        "text_rate_tokens_per_s": settings.text_rate,
+        "first_chunk_ms": _percentiles([t.first_chunk_s * 1000 for t in timings]),
+        "speed_x_realtime": _percentiles([t.audio_s / t.done_s for t in timings]),
+        "aggregate_audio_s_per_s": round(audio / wall, 3),
+        "audio_s": round(audio, 3),
+        "wall_s": round(wall, 3),
+        "peak_memory_mb": round(peak_mb, 1),
+        "peak_memory_kind": "cuda_allocated" if engine.model.device.type == "cuda" else "process_rss",
+    }

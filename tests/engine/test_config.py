@@ -1,0 +1,42 @@
+from pathlib import Path
+
+import pytest
+
+from voicewire.engine.config import ChunkSchedule, EngineConfig
+from voicewire.engine.errors import InvalidOptions
+from voicewire.engine.segments import SegmentPolicy
+
+CONFIGS = Path(__file__).parents[2] / "configs"
+
+
+@pytest.mark.parametrize("profile", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_profile_loads(profile: Path) -> None:
+    config = EngineConfig.from_yaml(profile)
+    assert config.max_streams >= 1 and config.kv_length >= 256
+    assert isinstance(config.segments, SegmentPolicy) and isinstance(config.chunks, ChunkSchedule)
+    assert config.chunks.first_frames <= 2  # a small first chunk by default
+
+
+def test_profiles_cover_cpu_and_gpu() -> None:
+    cpu, gpu = EngineConfig.from_yaml(CONFIGS / "cpu.yaml"), EngineConfig.from_yaml(CONFIGS / "gpu.yaml")
+    assert (cpu.device, cpu.model, cpu.dtype) == ("cpu", "tiny", "float32")
+    assert gpu.device == "cuda" and gpu.dtype == "bfloat16" and gpu.max_streams >= 256
+
+
+def test_overrides_and_schedule() -> None:
+    config = EngineConfig.from_yaml(CONFIGS / "cpu.yaml", max_streams=3, device=None)
+    assert config.max_streams == 3 and config.device == "cpu"
+    assert [config.chunks.size(i) for i in range(6)] == [1, 2, 4, 8, 8, 8]
+
+
+def test_bad_settings_are_named(tmp_path: Path) -> None:
+    with pytest.raises(InvalidOptions, match="unknown engine settings: max_stream; allowed:"):
+        EngineConfig.from_dict({"max_stream": 4})
+    with pytest.raises(InvalidOptions, match="chunk sizes must be whole numbers >= 1"):
+        EngineConfig.from_dict({"chunks": {"frames": [0]}})
+    with pytest.raises(InvalidOptions, match="kv_length must be >= 64"):
+        EngineConfig(kv_length=10)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a list\n")
+    with pytest.raises(InvalidOptions, match="expected a mapping with an 'engine:' section"):
+        EngineConfig.from_yaml(bad)
