@@ -93,6 +93,7 @@ class Scheduler:
         self._incoming: list[_Live] = []
         self._lock = threading.Lock()
         self._reserved = 0
+        self._progress = False
 
     # --- any thread ----------------------------------------------------------------------------
 
@@ -121,24 +122,22 @@ class Scheduler:
 
     @torch.inference_mode()
     def step(self) -> bool:
-        """One scheduling round; returns whether it did any model work."""
+        """One scheduling round; returns whether anything happened (False: all streams wait)."""
+        self._progress = False
         with self._lock:
             incoming, self._incoming = self._incoming, []
         for live in incoming:
             self._admit(live)
         for live in list(self._live):
             self._drain(live)
-        worked = False
         prefills = 0
         for live in list(self._live):
             if prefills < self.config.max_prefills_per_step and self._advance(live):
                 prefills += 1
-                worked = True
         ready = [live for live in self._live if self._ready(live)]
         if ready:
             self._step(ready)
-            worked = True
-        return worked
+        return self._progress or bool(incoming) or prefills > 0
 
     def _admit(self, live: _Live) -> None:
         self._live.append(live)
@@ -190,6 +189,7 @@ class Scheduler:
                 return False
             if segment.complete and segment.body == 0:  # a flush with nothing new to say
                 live.segments.segments.popleft()
+                self._progress = True
                 self.sink.segment_end(live.stream, segment.flushed)
                 continue
             return self._prefill(live, segment)
@@ -254,6 +254,7 @@ class Scheduler:
                 self._fail(live, exc)
             return
         self.steps += 1
+        self._progress = True
         ok = [live for live in ready if bool(finite[live.slot])]
         for live in ready:
             if not bool(finite[live.slot]):
@@ -313,6 +314,7 @@ class Scheduler:
         if live.released:
             return
         live.released = True
+        self._progress = True
         self._live.remove(live)
         if reason in ("end", "max_frames"):
             self.sink.close(live.stream, reason, live.frames, self.steps)

@@ -1,0 +1,131 @@
+"""The scheduler stepped by hand, with a sink that records what it is given."""
+
+import itertools
+
+import pytest
+import torch
+
+from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine.errors import StreamFailed
+from voicewire.engine.frame_step import GenerationOptions
+from voicewire.engine.model import Qwen3TTS
+from voicewire.engine.scheduler import Scheduler
+from voicewire.engine.segments import SegmentPolicy, TrackEntry
+from voicewire.engine.stream import Stream
+
+_ids = itertools.count(1)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.codes: dict[int, list[torch.Tensor]] = {}
+        self.fed: dict[int, list[TrackEntry]] = {}
+        self.segment_ends: dict[int, list[bool]] = {}
+        self.closed: dict[int, tuple] = {}
+
+    def open(self, stream: Stream, warmup) -> None:
+        self.codes[stream.id], self.fed[stream.id], self.segment_ends[stream.id] = [], [], []
+
+    def frames(self, streams, codes, fed) -> None:
+        for stream, row, entry in zip(streams, codes, fed, strict=True):
+            self.codes[stream.id].append(row)
+            self.fed[stream.id].append(entry)
+
+    def segment_end(self, stream: Stream, flushed: bool) -> None:
+        self.segment_ends[stream.id].append(flushed)
+
+    def close(self, stream: Stream, reason: str, frames: int, end_step: int) -> None:
+        self.closed[stream.id] = (reason, None)
+
+    def drop(self, stream: Stream, reason: str, frames: int, end_step: int, error) -> None:
+        self.closed[stream.id] = (reason, error)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_models) -> Qwen3TTS:
+    return tiny_models["custom_voice"]
+
+
+def _scheduler(model: Qwen3TTS, **config) -> tuple[Scheduler, Recorder]:
+    recorder = Recorder()
+    return Scheduler(model.parts(), EngineConfig(**config), recorder, max_ahead_samples=None), recorder
+
+
+def _open(model: Qwen3TTS, scheduler: Scheduler, text: str, speaker: str = "vivian", **options) -> Stream:
+    opts = StreamOptions(greedy=True, suppress_eos=True, **options)
+    stream = Stream(
+        next(_ids), model.voice(speaker=speaker, language="english"), opts, model.tokenizer, lambda: None
+    )
+    generation = GenerationOptions.from_generation_config(
+        model.generation_config, greedy=True, suppress_eos=True
+    )
+    scheduler.submit(stream, generation, lookahead=3)
+    stream.push_text(text)
+    stream.end()
+    return stream
+
+
+def _run(scheduler: Scheduler, recorder: Recorder, streams: list[Stream]) -> None:
+    with torch.inference_mode():
+        while not all(s.id in recorder.closed for s in streams):
+            assert scheduler.step(), "the scheduler stalled"
+
+
+def test_a_non_finite_stream_fails_alone(model: Qwen3TTS) -> None:
+    scheduler, recorder = _scheduler(model, max_streams=2, kv_length=128)
+    good = _open(model, scheduler, "A steady voice keeps going.", max_frames=12)
+    bad = _open(model, scheduler, "This one breaks.", speaker="ryan", max_frames=12)
+    with torch.inference_mode():
+        for _ in range(4):
+            scheduler.step()
+    scheduler.stepper.cache.k[:, 1] = float("nan")  # a fault in the bad stream's slot only
+    _run(scheduler, recorder, [good, bad])
+    reason, error = recorder.closed[bad.id]
+    assert reason == "error" and isinstance(error, StreamFailed) and "non-finite" in str(error)
+    assert recorder.closed[good.id] == ("max_frames", None)
+
+    alone, alone_recorder = _scheduler(model, max_streams=2, kv_length=128)
+    solo = _open(model, alone, "A steady voice keeps going.", max_frames=12)
+    _run(alone, alone_recorder, [solo])
+    assert torch.equal(torch.stack(recorder.codes[good.id]), torch.stack(alone_recorder.codes[solo.id]))
+    assert scheduler.used_slots == 0 and scheduler.live_streams == 0
+
+
+def test_a_sequence_cut_short_by_the_kv_bound_keeps_its_text(model: Qwen3TTS) -> None:
+    text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen " * 3
+    scheduler, recorder = _scheduler(model, max_streams=1, kv_length=64, segments=SegmentPolicy(None, None))
+    stream = _open(model, scheduler, text.strip(), max_frames=400)
+    _run(scheduler, recorder, [stream])
+    fed = recorder.fed[stream.id]
+    spoken = [t.id for entry in fed for t in entry.tokens]
+    assert spoken == model.tokenizer.encode(text.strip())  # every token entered once, in order
+    assert len(recorder.segment_ends[stream.id]) >= 2  # the text needed several talker sequences
+    assert recorder.closed[stream.id][0] in ("end", "max_frames")
+
+
+def test_a_restart_reuses_the_voice_prefix(model: Qwen3TTS, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = "The first sentence ends here.", " And a second one follows it."
+    policy = SegmentPolicy(sentence_tokens=3, max_tokens=None)
+    scheduler, recorder = _scheduler(model, max_streams=1, kv_length=96, segments=policy)
+    starts: list[int] = []
+    prefill = scheduler.stepper.prefill
+    monkeypatch.setattr(
+        scheduler.stepper,
+        "prefill",
+        lambda slot, rows, start: starts.append(start) or prefill(slot, rows, start),
+    )
+    stream = _open(model, scheduler, first + second)
+    _run(scheduler, recorder, [stream])
+    ids = [entry.id for entry in recorder.fed[stream.id]]
+    eos = model.text_ids.tts_eos
+    assert ids.count(eos) == 2 and len(starts) == 2
+    prefix = starts[1]
+    assert starts[0] == 0 and prefix == 9  # role 3 + 5 control rows + speaker: kept, not recomputed
+    frames_first = 96 - (prefix + 1)  # each sequence runs to its KV bound (EOS suppressed)
+    second_codes = torch.stack(recorder.codes[stream.id][frames_first:])
+
+    # A fresh stream speaking only the second sentence gives the same frames: same voice prefix KV.
+    fresh, fresh_recorder = _scheduler(model, max_streams=1, kv_length=96, segments=policy)
+    solo = _open(model, fresh, second, max_frames=second_codes.shape[0])
+    _run(fresh, fresh_recorder, [solo])
+    assert torch.equal(second_codes, torch.stack(fresh_recorder.codes[solo.id]))
