@@ -301,3 +301,24 @@ async def _speak_once(engine: Engine, voice, options: StreamOptions, text: str):
 
 async def _open(engine: Engine, voice):
     return engine.open_stream(voice)
+
+
+def test_the_documented_example_runs() -> None:
+    from voicewire.engine import Engine as PublicEngine
+    from voicewire.engine import StreamOptions as PublicOptions
+
+    async def main():
+        with PublicEngine.from_config("configs/cpu.yaml", max_streams=2) as engine:
+            voice = engine.voice(speaker="vivian", language="english")
+            stream = engine.open_stream(voice, PublicOptions(seed=7, max_frames=6))
+            stream.push_text("Hello there, ")
+            stream.push_text("how are you today?")
+            stream.end()
+            chunks = [chunk async for chunk in stream]
+            return chunks, await stream.wait()
+
+    chunks, result = asyncio.run(main())
+    assert result.reason in ("end", "max_frames") and result.samples_delivered == sum(
+        c.pcm.shape[0] for c in chunks
+    )
+    assert chunks[-1].final and chunks[0].offset == 0
