@@ -8,6 +8,7 @@ opened in.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import threading
@@ -96,6 +97,10 @@ class Engine:
         will read the audio. Raises InvalidVoice, InvalidOptions or EngineFull."""
         if self._error is not None:
             raise RuntimeError("the engine's scheduler stopped") from self._error
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError("open_stream must be called inside a running asyncio event loop") from None
         options = options or StreamOptions()
         try:
             check_voice(self.model.talker, voice, self.model.variant, self.model.model_size)
@@ -110,8 +115,6 @@ class Engine:
             repetition_penalty=options.repetition_penalty,
         )
         stream = Stream(next(self._ids), voice, options, self.model.tokenizer, self._wake)
-        if stream._loop is None:
-            raise RuntimeError("open_stream must be called inside a running asyncio event loop")
         lookahead = options.lookahead_tokens or self.config.lookahead_tokens
         self.scheduler.submit(stream, generation, lookahead)
         self._wake()
