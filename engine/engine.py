@@ -17,7 +17,7 @@ from typing import Any
 
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.decode_stage import DecoderStage
-from voicewire.engine.errors import InvalidVoice
+from voicewire.engine.errors import InvalidOptions, InvalidVoice
 from voicewire.engine.frame_step import GenerationOptions
 from voicewire.engine.model import Qwen3TTS
 from voicewire.engine.prompt import Voice, check_voice
@@ -92,6 +92,13 @@ class Engine:
         except ValueError as exc:
             raise InvalidVoice(str(exc)) from exc
 
+    def check_voice(self, voice: Voice) -> None:
+        """Raise InvalidVoice unless `voice` fits the loaded checkpoint."""
+        try:
+            check_voice(self.model.talker, voice, self.model.variant, self.model.model_size)
+        except ValueError as exc:
+            raise InvalidVoice(str(exc)) from exc
+
     def open_stream(self, voice: Voice, options: StreamOptions | None = None) -> Stream:
         """Open a stream; push text to it and iterate it for audio. Call it in the event loop that
         will read the audio. Raises InvalidVoice, InvalidOptions or EngineFull."""
@@ -102,18 +109,18 @@ class Engine:
         except RuntimeError:
             raise RuntimeError("open_stream must be called inside a running asyncio event loop") from None
         options = options or StreamOptions()
+        self.check_voice(voice)
         try:
-            check_voice(self.model.talker, voice, self.model.variant, self.model.model_size)
+            generation = GenerationOptions.from_generation_config(
+                self.model.generation_config,
+                greedy=options.greedy,
+                suppress_eos=options.suppress_eos,
+                talker=options.talker,
+                predictor=options.predictor,
+                repetition_penalty=options.repetition_penalty,
+            )
         except ValueError as exc:
-            raise InvalidVoice(str(exc)) from exc
-        generation = GenerationOptions.from_generation_config(
-            self.model.generation_config,
-            greedy=options.greedy,
-            suppress_eos=options.suppress_eos,
-            talker=options.talker,
-            predictor=options.predictor,
-            repetition_penalty=options.repetition_penalty,
-        )
+            raise InvalidOptions(str(exc)) from exc
         stream = Stream(next(self._ids), voice, options, self.model.tokenizer, self._wake)
         lookahead = options.lookahead_tokens or self.config.lookahead_tokens
         self.scheduler.submit(stream, generation, lookahead)

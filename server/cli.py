@@ -1,4 +1,4 @@
-"""The `voicewire` command: synth (offline synthesis), bench-engine and make-checkpoint."""
+"""The `voicewire` command: serve, synth (offline synthesis), bench-engine and make-checkpoint."""
 
 from __future__ import annotations
 
@@ -58,6 +58,40 @@ def _make_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from voicewire.engine import Engine, EngineConfig
+    from voicewire.server.app import create_app
+    from voicewire.server.config import ServerConfig
+
+    overrides = {"model": args.model, "device": args.device, "dtype": args.dtype}
+    if args.config:
+        engine_config = EngineConfig.from_yaml(args.config, **overrides)
+    else:
+        engine_config = EngineConfig.from_dict(
+            {k: v for k, v in overrides.items() if v is not None} | {"model": args.model or DEFAULT_MODEL}
+        )
+    server_config = ServerConfig.from_yaml(args.config, host=args.host, port=args.port)
+    engine = Engine.from_config(engine_config)
+    try:
+        app = create_app(engine, server_config)
+        log.info("serving ws://%s:%d/v1/stream", server_config.host, server_config.port)
+        uvicorn.run(
+            app,
+            host=server_config.host,
+            port=server_config.port,
+            log_level="info",
+            ws_max_size=server_config.max_message_bytes * 4,
+        )
+    finally:
+        engine.close()
+    return 0
+
+
 def _bench_engine(args: argparse.Namespace) -> int:
     import asyncio
     import json
@@ -96,6 +130,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voicewire", description="Real-time streaming TTS for Qwen3-TTS.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the streaming server (WebSocket /v1/stream)")
+    serve.add_argument(
+        "--model", help=f"checkpoint folder, Hugging Face repo id, or 'tiny' (default {DEFAULT_MODEL})"
+    )
+    serve.add_argument(
+        "--config", type=Path, help="profile YAML with engine: and server: sections (configs/)"
+    )
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8000)")
+    serve.add_argument("--device", help="cpu, cuda or cuda:N")
+    serve.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
+    serve.set_defaults(func=_serve)
 
     synth = sub.add_parser("synth", help="synthesize one utterance to a WAV file")
     synth.add_argument("--model", required=True, help="checkpoint folder, Hugging Face repo id, or 'tiny'")

@@ -94,6 +94,11 @@ class AudioEncoder:
             self._opus.complexity = fmt.complexity
 
     @property
+    def sent_samples(self) -> int:
+        """Output samples encoded so far (the next packet's pts)."""
+        return self._pts
+
+    @property
     def codec_delay(self) -> int:
         """Samples an Opus decoder outputs before the first real sample (its pre-skip)."""
         return int(self._opus.lookahead) if self._opus is not None else 0

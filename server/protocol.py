@@ -47,9 +47,9 @@ class SamplingSpec(_Message):
 class BufferingSpec(_Message):
     lookahead_tokens: Annotated[StrictInt, Field(ge=1, le=64)] | None = None
     first_chunk_frames: Annotated[StrictInt, Field(ge=1, le=32)] | None = None
-    chunk_frames: Annotated[list[Annotated[StrictInt, Field(ge=1, le=32)]], Field(min_length=1, max_length=8)] | None = (
-        None
-    )
+    chunk_frames: (
+        Annotated[list[Annotated[StrictInt, Field(ge=1, le=32)]], Field(min_length=1, max_length=8)] | None
+    ) = None
 
 
 class Start(_Message):
@@ -111,6 +111,7 @@ class Ready(_Message):
     encoding: str
     sample_rate: int
     packet_samples: int  # opus: samples per packet; pcm/mulaw: 0 (chunks vary)
+    codec_delay: int  # opus: decoded samples to skip before the first real one (pre-skip); else 0
     max_contexts: int
 
 

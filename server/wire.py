@@ -46,7 +46,9 @@ def parse(data: Any) -> Any:
         raise ProtocolError("invalid_message", "missing field 'type'", _context_of(data))
     if kind not in CLIENT_TYPES:
         raise ProtocolError(
-            "unknown_type", f"unknown message type {kind!r}; allowed: {', '.join(CLIENT_TYPES)}", _context_of(data)
+            "unknown_type",
+            f"unknown message type {kind!r}; allowed: {', '.join(CLIENT_TYPES)}",
+            _context_of(data),
         )
     try:
         return client_message.validate_python(data)

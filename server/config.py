@@ -1,0 +1,43 @@
+"""Server settings: the `server:` section of a profile in configs/, with CLI overrides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_contexts: int = 4  # concurrent contexts per socket
+    max_message_bytes: int = 65536  # one client frame
+    max_text_chars: int = 4096  # one text message
+    max_context_chars: int = 200_000  # all text of one context
+    send_queue: int = 1024  # messages waiting for a socket; past it the client is cut off
+    idle_timeout_s: float = 300.0  # no message and no open context for this long: close
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+                raise ValueError(f"server setting {f.name} must be > 0, got {value}")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path | None, **overrides: Any) -> ServerConfig:
+        data: dict[str, Any] = {}
+        if path is not None:
+            with open(path, encoding="utf-8") as f:
+                profile = yaml.safe_load(f) or {}
+            data = dict(profile.get("server", {}) or {})
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown server settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
+            )
+        return cls(**data)

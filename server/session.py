@@ -1,0 +1,417 @@
+"""One WebSocket connection: a small state machine, a receive loop, a pump per context and a send
+loop, joined by one bounded queue.
+
+receive loop -> (start, text, flush, end, cancel) -> engine streams
+context pump -> engine chunks -> encoder (thread pool) -> send queue -> send loop -> socket
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+import uuid
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from voicewire.engine import ChunkSchedule, Engine, EngineError, SamplingParams, Stream, StreamOptions
+from voicewire.engine.stream import SAMPLE_RATE
+from voicewire.server import protocol as p
+from voicewire.server.config import ServerConfig
+from voicewire.server.encoder import AudioEncoder, OutputFormat
+from voicewire.server.errors import ProtocolError, from_engine
+from voicewire.server.wire import Codec
+
+log = logging.getLogger(__name__)
+
+
+class SessionState(enum.Enum):
+    CONNECTED = "connected"  # waiting for start
+    STARTED = "started"
+    CLOSED = "closed"
+
+
+class ContextState(enum.Enum):
+    OPEN = "open"  # takes text
+    ENDED = "ended"  # end received; audio still coming
+    CANCELLED = "cancelled"
+    FINISHED = "finished"  # done or failed
+
+
+@dataclass
+class Context:
+    id: str
+    stream: Stream
+    encoder: AudioEncoder
+    state: ContextState = ContextState.OPEN
+    chars: int = 0
+    seq: int = 0
+    pump: asyncio.Task | None = None
+
+
+@dataclass
+class _Settings:
+    """What `start` fixed for every context of the session."""
+
+    voice: object
+    options: StreamOptions
+    format: OutputFormat
+
+
+class _SlowConsumer(Exception):
+    pass
+
+
+@dataclass
+class Session:
+    websocket: WebSocket
+    engine: Engine
+    codec: Codec
+    config: ServerConfig
+    executor: Executor
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    state: SessionState = SessionState.CONNECTED
+    contexts: dict[str, Context] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._outbox: asyncio.Queue[p.ServerMessage | None] = asyncio.Queue(maxsize=self.config.send_queue)
+        self._settings: _Settings | None = None
+        self._fatal: ProtocolError | None = None
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+
+    def _fail(self, error: ProtocolError) -> None:
+        """A fatal error: the session stops, says why, and closes."""
+        if self._fatal is None:
+            self._fatal = error
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Serve the socket until the client leaves or a fatal error; then release everything."""
+        sender = asyncio.create_task(self._send_loop())
+        receiver = asyncio.create_task(self._receive_loop())
+        stopped = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({receiver, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if receiver.done() and not receiver.cancelled():
+                error = receiver.exception()
+                if error is not None and not isinstance(error, WebSocketDisconnect | _SlowConsumer):
+                    log.error("session %s failed", self.id, exc_info=error)
+                    self._fail(ProtocolError("internal_error", "the server failed; see its log"))
+        finally:
+            receiver.cancel()
+            stopped.cancel()
+            await self._shutdown(sender)
+
+    # --- receiving -----------------------------------------------------------------------------
+
+    async def _receive_loop(self) -> None:
+        while self._fatal is None:
+            try:
+                frame = await asyncio.wait_for(self.websocket.receive(), self.config.idle_timeout_s)
+            except TimeoutError:
+                if any(c.state in (ContextState.OPEN, ContextState.ENDED) for c in self.contexts.values()):
+                    continue
+                self._fail(ProtocolError("idle_timeout", f"no message for {self.config.idle_timeout_s:g} s"))
+                return
+            if frame["type"] == "websocket.disconnect":
+                return
+            text, data = frame.get("text"), frame.get("bytes")
+            try:
+                size = len(data) if data is not None else len((text or "").encode())
+                if size > self.config.max_message_bytes:
+                    raise ProtocolError(
+                        "message_too_large",
+                        f"a frame holds at most {self.config.max_message_bytes} bytes, got {size}",
+                    )
+                await self._handle(self.codec.decode(text, data))
+            except ProtocolError as error:
+                self._error(error)
+
+    async def _handle(self, message: object) -> None:
+        if isinstance(message, p.Ping):
+            self._emit(p.Pong(id=message.id))
+        elif isinstance(message, p.Start):
+            self._start(message)
+        elif self._settings is None:
+            raise ProtocolError(
+                "not_started", f"send start before {message.type}", getattr(message, "context_id", None)
+            )
+        elif isinstance(message, p.Text):
+            self._text(message)
+        elif isinstance(message, p.Flush | p.End):
+            context = self._open_context(message.context_id, message.type)
+            if isinstance(message, p.Flush):
+                context.stream.flush()
+            else:
+                context.stream.end()
+                context.state = ContextState.ENDED
+        elif isinstance(message, p.Cancel):
+            self._cancel(message.context_id)
+        elif isinstance(message, p.Playback):
+            self._context(message.context_id)  # reports on unknown contexts are errors too
+
+    def _start(self, message: p.Start) -> None:
+        if self._settings is not None:
+            raise ProtocolError(
+                "already_started", "this session has started already; open a new socket to change it"
+            )
+        fmt = OutputFormat.from_spec(message.format)
+        voice_spec = message.voice
+        try:
+            embedding = voice_spec.speaker_embedding
+            voice = self.engine.voice(
+                speaker=voice_spec.speaker,
+                language=voice_spec.language,
+                instruct=voice_spec.instruct,
+                speaker_embedding=None if embedding is None else embedding,
+            )
+            self.engine.check_voice(voice)
+            options = self._stream_options(message)
+        except EngineError as exc:
+            raise from_engine(exc, None) from None
+        self._settings = _Settings(voice, options, fmt)
+        self.state = SessionState.STARTED
+        self._emit(
+            p.Ready(
+                session_id=self.id,
+                encoding=fmt.encoding,
+                sample_rate=fmt.sample_rate,
+                packet_samples=fmt.packet_samples,
+                codec_delay=AudioEncoder(fmt).codec_delay,
+                max_contexts=self.config.max_contexts,
+            )
+        )
+
+    def _stream_options(self, message: p.Start) -> StreamOptions:
+        sampling, buffering = message.sampling, message.buffering
+        talker = None
+        if any(v is not None for v in (sampling.temperature, sampling.top_k, sampling.top_p)):
+            defaults = self.engine.model.generation_config
+            try:
+                talker = SamplingParams(
+                    temperature=float(sampling.temperature or defaults.get("temperature", 0.9)),
+                    top_k=sampling.top_k if sampling.top_k is not None else defaults.get("top_k", 50),
+                    top_p=float(sampling.top_p or defaults.get("top_p", 1.0)),
+                )
+            except ValueError as exc:
+                raise ProtocolError("invalid_options", str(exc)) from None
+        chunks = None
+        if buffering.first_chunk_frames is not None or buffering.chunk_frames is not None:
+            defaults_chunks = self.engine.config.chunks
+            chunks = ChunkSchedule(
+                first_frames=buffering.first_chunk_frames or defaults_chunks.first_frames,
+                frames=tuple(buffering.chunk_frames or defaults_chunks.frames),
+            )
+        return StreamOptions(
+            layout=message.layout,
+            greedy=sampling.greedy,
+            seed=sampling.seed,
+            talker=talker,
+            repetition_penalty=None
+            if sampling.repetition_penalty is None
+            else float(sampling.repetition_penalty),
+            max_frames=message.max_frames,
+            lookahead_tokens=buffering.lookahead_tokens,
+            chunks=chunks,
+        )
+
+    def _text(self, message: p.Text) -> None:
+        if len(message.text) > self.config.max_text_chars:
+            raise ProtocolError(
+                "text_too_long",
+                f"a text message holds at most {self.config.max_text_chars} characters, got {len(message.text)}",
+                message.context_id,
+            )
+        context = self.contexts.get(message.context_id)
+        if context is None:
+            context = self._new_context(message.context_id)
+        elif context.state is not ContextState.OPEN:
+            raise ProtocolError(
+                "context_closed", f"context {message.context_id!r} is {context.state.value}", context.id
+            )
+        if context.chars + len(message.text) > self.config.max_context_chars:
+            raise ProtocolError(
+                "text_too_long",
+                f"a context holds at most {self.config.max_context_chars} characters of text",
+                context.id,
+            )
+        context.chars += len(message.text)
+        context.stream.push_text(message.text)
+        if message.flush:
+            context.stream.flush()
+
+    def _new_context(self, context_id: str) -> Context:
+        assert self._settings is not None
+        live = sum(c.state in (ContextState.OPEN, ContextState.ENDED) for c in self.contexts.values())
+        if live >= self.config.max_contexts:
+            raise ProtocolError(
+                "too_many_contexts",
+                f"at most {self.config.max_contexts} contexts at once on a socket",
+                context_id,
+            )
+        try:
+            stream = self.engine.open_stream(self._settings.voice, self._settings.options)
+        except EngineError as exc:
+            raise from_engine(exc, context_id) from None
+        context = Context(context_id, stream, AudioEncoder(self._settings.format))
+        self.contexts[context_id] = context
+        context.pump = asyncio.create_task(self._pump(context))
+        return context
+
+    def _context(self, context_id: str) -> Context:
+        context = self.contexts.get(context_id)
+        if context is None:
+            raise ProtocolError("unknown_context", f"no context {context_id!r} on this socket", context_id)
+        return context
+
+    def _open_context(self, context_id: str, verb: str) -> Context:
+        context = self._context(context_id)
+        if context.state is not ContextState.OPEN:
+            raise ProtocolError(
+                "context_closed",
+                f"cannot {verb} context {context_id!r}: it is {context.state.value}",
+                context_id,
+            )
+        return context
+
+    def _cancel(self, context_id: str) -> None:
+        context = self._context(context_id)
+        if context.state not in (ContextState.OPEN, ContextState.ENDED):
+            raise ProtocolError(
+                "context_closed", f"context {context_id!r} is {context.state.value}", context_id
+            )
+        # From here on the pump sends nothing for this context; `cancelled` follows once the
+        # engine has released the stream.
+        context.state = ContextState.CANCELLED
+        context.stream.cancel()
+        task = asyncio.create_task(self._report_cancel(context))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _report_cancel(self, context: Context) -> None:
+        result = await context.stream.wait()
+        with contextlib.suppress(_SlowConsumer):
+            self._report_cancelled(context, result.samples_generated)
+
+    def _report_cancelled(self, context: Context, samples_generated: int) -> None:
+        rate = context.encoder.format.sample_rate
+        generated = samples_generated * rate // SAMPLE_RATE
+        sent = context.encoder.sent_samples
+        self._emit(
+            p.Cancelled(
+                context_id=context.id, samples_generated=generated, samples_dropped=max(generated - sent, 0)
+            )
+        )
+
+    # --- audio out -----------------------------------------------------------------------------
+
+    async def _pump(self, context: Context) -> None:
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        try:
+            async for chunk in context.stream:
+                packets = await loop.run_in_executor(
+                    self.executor, context.encoder.encode, chunk.pcm, chunk.final
+                )
+                if context.state is ContextState.CANCELLED:
+                    return
+                for packet in packets:
+                    self._emit(
+                        p.Audio(
+                            context_id=context.id,
+                            seq=context.seq,
+                            pts=packet.pts,
+                            samples=packet.samples,
+                            data=packet.data,
+                            final=packet.final,
+                        )
+                    )
+                    context.seq += 1
+                if chunk.text:
+                    self._emit(
+                        p.Progress(
+                            context_id=context.id,
+                            text=chunk.text,
+                            text_end=chunk.text_end,
+                            pts=context.encoder.sent_samples,
+                        )
+                    )
+                if chunk.flushed:
+                    self._emit(p.Flushed(context_id=context.id, pts=context.encoder.sent_samples))
+            if context.state is ContextState.CANCELLED:
+                return
+            result = await context.stream.wait()
+            context.state = ContextState.FINISHED
+            samples = context.encoder.sent_samples
+            self._emit(
+                p.Done(
+                    context_id=context.id,
+                    reason=result.reason,
+                    samples=samples,
+                    seconds=round(samples / context.encoder.format.sample_rate, 4),
+                )
+            )
+            log.debug("context %s/%s done in %.2f s", self.id, context.id, time.perf_counter() - started)
+        except EngineError as exc:
+            context.state = ContextState.FINISHED
+            with contextlib.suppress(_SlowConsumer):
+                self._error(from_engine(exc, context.id))
+        except _SlowConsumer:
+            pass  # the session is stopping
+
+    def _emit(self, message: p.ServerMessage) -> None:
+        if self._fatal is not None:
+            return
+        try:
+            self._outbox.put_nowait(message)
+        except asyncio.QueueFull:
+            self._fail(ProtocolError("slow_consumer", "the client stopped reading; audio backed up"))
+            raise _SlowConsumer from None
+
+    def _error(self, error: ProtocolError) -> None:
+        log.info("session %s: %s", self.id, error)
+        if error.fatal:
+            self._fail(error)
+        else:
+            self._emit(
+                p.Error(code=error.code, message=error.message, context_id=error.context_id, fatal=False)
+            )
+
+    async def _send_loop(self) -> None:
+        while True:
+            message = await self._outbox.get()
+            if message is None:
+                return
+            encoded = self.codec.encode(message)
+            if isinstance(encoded, bytes):
+                await self.websocket.send_bytes(encoded)
+            else:
+                await self.websocket.send_text(encoded)
+
+    async def _shutdown(self, sender: asyncio.Task) -> None:
+        self.state = SessionState.CLOSED
+        for context in self.contexts.values():
+            if context.state in (ContextState.OPEN, ContextState.ENDED):
+                context.state = ContextState.CANCELLED
+                context.stream.cancel()
+        pumps = [c.pump for c in self.contexts.values() if c.pump is not None]
+        for pump in pumps:
+            pump.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        fatal = self._fatal
+        slow = fatal is not None and fatal.code == "slow_consumer"
+        with contextlib.suppress(asyncio.QueueFull):
+            if fatal is not None and not slow:  # queued messages go out first, then why it closes
+                self._outbox.put_nowait(p.Error(code=fatal.code, message=fatal.message, fatal=True))
+            self._outbox.put_nowait(None)
+        if not slow:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(sender, timeout=5)
+        sender.cancel()
+        with contextlib.suppress(Exception):
+            await self.websocket.close(code=fatal.close_code if fatal else 1000)
