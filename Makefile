@@ -1,18 +1,21 @@
 # Two entry points, both self-installing on a fresh machine:
-#   make demo   - synthesize speech with the built-in tiny checkpoint (the server comes in a later release)
+#   make serve  - the streaming server on http://127.0.0.1:8000 with the built-in tiny checkpoint
 #   make test   - lint + the whole test suite (oracle venv included)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
 
-.PHONY: setup demo test lint clean
+.PHONY: setup serve demo test lint clean
 
 $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh $(PYTHON) $(VENV) $(TORCH)
 	touch $@
 
 setup: $(VENV)/.installed
+
+serve: setup
+	$(VENV)/bin/voicewire serve --config configs/cpu.yaml
 
 demo: setup
 	$(VENV)/bin/voicewire synth --model tiny --speaker vivian --text "Hello from voicewire." --max-frames 60 --out demo.wav

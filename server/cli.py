@@ -80,6 +80,10 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         app = create_app(engine, server_config)
         log.info("serving ws://%s:%d/v1/stream", server_config.host, server_config.port)
+        if server_config.host not in ("127.0.0.1", "localhost", "::1"):
+            log.warning(
+                "no authentication yet: anyone who can reach %s can use this server", server_config.host
+            )
         uvicorn.run(
             app,
             host=server_config.host,

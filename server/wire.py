@@ -34,7 +34,7 @@ def _describe(exc: ValidationError) -> str:
 
 def _context_of(data: dict) -> str | None:
     context = data.get("context_id")
-    return context if isinstance(context, str) else None
+    return context if isinstance(context, str) and 0 < len(context) <= 64 else None
 
 
 def parse(data: Any) -> Any:

@@ -102,3 +102,11 @@ def test_bench_engine_prints_its_json_report(
     assert report["aggregate_audio_s_per_s"] > 0 and report["wall_s"] > 0 and report["peak_memory_mb"] > 0
     assert main([*args, "--text-rate", "0", "--warmup", "0"]) == 0  # all text at once
     assert json.loads(capsys.readouterr().out)["text_rate_tokens_per_s"] == 0
+
+
+def test_serve_without_the_default_model_names_the_ways_out(
+    caplog: pytest.LogCaptureFixture, monkeypatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["serve", "--port", "1"]) == 2
+    assert "--model PATH" in caplog.text and "--model tiny" in caplog.text
