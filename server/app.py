@@ -8,15 +8,18 @@ import os
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from voicewire.engine import Engine, StreamOptions
 from voicewire.server.config import ServerConfig
+from voicewire.server.metrics import Metrics
 from voicewire.server.session import Session
+from voicewire.server.speech_api import speech_endpoints
 from voicewire.server.wire import JSON, SUBPROTOCOLS, Codec
 
 log = logging.getLogger(__name__)
@@ -26,6 +29,8 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> Starlette:
     """An app serving `engine`; the caller owns the engine (and closes it)."""
     config = config or ServerConfig()
     executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="voicewire-codec")
+    metrics = Metrics()
+    speech, voices = speech_endpoints(engine, metrics)
 
     async def stream(websocket: WebSocket) -> None:
         offered = websocket.scope.get("subprotocols") or []
@@ -35,7 +40,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> Starlette:
             await websocket.close(code=1002)
             return
         await websocket.accept(subprotocol=chosen)
-        session = Session(websocket, engine, Codec(chosen or JSON), config, executor)
+        session = Session(websocket, engine, Codec(chosen or JSON), config, executor, metrics)
         log.info("session %s opened (%s)", session.id, session.codec.subprotocol)
         await session.run()
         log.info("session %s closed", session.id)
@@ -50,6 +55,9 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> Starlette:
             {"status": "ready", "model": str(engine.model.folder), "live_streams": engine.live_streams},
         )
 
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await _warm_up(engine)
@@ -62,12 +70,16 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> Starlette:
             WebSocketRoute("/v1/stream", stream),
             Route("/health", health),
             Route("/ready", ready),
+            Route("/metrics", metrics_endpoint),
+            Route("/v1/audio/speech", speech, methods=["POST"]),
+            Route("/v1/voices", voices),
         ],
         lifespan=lifespan,
     )
     app.state.engine = engine
     app.state.config = config
     app.state.warm = False
+    app.state.metrics = metrics
     return app
 
 

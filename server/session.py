@@ -24,6 +24,7 @@ from voicewire.server import protocol as p
 from voicewire.server.config import ServerConfig
 from voicewire.server.encoder import AudioEncoder, OutputFormat
 from voicewire.server.errors import ProtocolError, from_engine
+from voicewire.server.metrics import Metrics
 from voicewire.server.wire import Codec
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,9 @@ class Context:
     chars: int = 0
     seq: int = 0
     pump: asyncio.Task | None = None
+    opened_at: float = field(default_factory=time.perf_counter)
+    underruns: int = 0  # as last reported by the client
+    counted: bool = True  # still in the contexts gauge
 
 
 @dataclass
@@ -73,6 +77,7 @@ class Session:
     codec: Codec
     config: ServerConfig
     executor: Executor
+    metrics: Metrics
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     state: SessionState = SessionState.CONNECTED
     contexts: dict[str, Context] = field(default_factory=dict)
@@ -88,10 +93,12 @@ class Session:
         """A fatal error: the session stops, says why, and closes."""
         if self._fatal is None:
             self._fatal = error
+            self.metrics.errors.labels(error.code).inc()
         self._stop.set()
 
     async def run(self) -> None:
         """Serve the socket until the client leaves or a fatal error; then release everything."""
+        self.metrics.sessions.inc()
         sender = asyncio.create_task(self._send_loop())
         receiver = asyncio.create_task(self._receive_loop())
         stopped = asyncio.create_task(self._stop.wait())
@@ -106,6 +113,7 @@ class Session:
             receiver.cancel()
             stopped.cancel()
             await self._shutdown(sender)
+            self.metrics.sessions.dec()
 
     # --- receiving -----------------------------------------------------------------------------
 
@@ -153,7 +161,10 @@ class Session:
         elif isinstance(message, p.Cancel):
             self._cancel(message.context_id)
         elif isinstance(message, p.Playback):
-            self._context(message.context_id)  # reports on unknown contexts are errors too
+            context = self._context(message.context_id)
+            if message.underruns > context.underruns:
+                self.metrics.underruns.inc(message.underruns - context.underruns)
+                context.underruns = message.underruns
 
     def _start(self, message: p.Start) -> None:
         if self._settings is not None:
@@ -260,6 +271,7 @@ class Session:
             raise from_engine(exc, context_id) from None
         context = Context(context_id, stream, AudioEncoder(self._settings.format))
         self.contexts[context_id] = context
+        self.metrics.contexts.inc()
         context.pump = asyncio.create_task(self._pump(context))
         return context
 
@@ -289,6 +301,7 @@ class Session:
         # engine has released the stream.
         context.state = ContextState.CANCELLED
         context.stream.cancel()
+        self._uncount(context)
         task = asyncio.create_task(self._report_cancel(context))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -320,6 +333,8 @@ class Session:
                 )
                 if context.state is ContextState.CANCELLED:
                     return
+                if packets and context.seq == 0:
+                    self.metrics.first_audio.observe(time.perf_counter() - context.opened_at)
                 for packet in packets:
                     self._emit(
                         p.Audio(
@@ -347,7 +362,10 @@ class Session:
                 return
             result = await context.stream.wait()
             context.state = ContextState.FINISHED
+            self._uncount(context)
             samples = context.encoder.sent_samples
+            wall = time.perf_counter() - context.opened_at
+            self.metrics.speed.observe(samples / context.encoder.format.sample_rate / max(wall, 1e-6))
             self._emit(
                 p.Done(
                     context_id=context.id,
@@ -359,10 +377,16 @@ class Session:
             log.debug("context %s/%s done in %.2f s", self.id, context.id, time.perf_counter() - started)
         except EngineError as exc:
             context.state = ContextState.FINISHED
+            self._uncount(context)
             with contextlib.suppress(_SlowConsumer):
                 self._error(from_engine(exc, context.id))
         except _SlowConsumer:
             pass  # the session is stopping
+
+    def _uncount(self, context: Context) -> None:
+        if context.counted:
+            context.counted = False
+            self.metrics.contexts.dec()
 
     def _emit(self, message: p.ServerMessage) -> None:
         if self._fatal is not None:
@@ -375,6 +399,7 @@ class Session:
 
     def _error(self, error: ProtocolError) -> None:
         log.info("session %s: %s", self.id, error)
+        self.metrics.errors.labels(error.code).inc()
         if error.fatal:
             self._fail(error)
         else:
@@ -399,6 +424,7 @@ class Session:
             if context.state in (ContextState.OPEN, ContextState.ENDED):
                 context.state = ContextState.CANCELLED
                 context.stream.cancel()
+            self._uncount(context)
         pumps = [c.pump for c in self.contexts.values() if c.pump is not None]
         for pump in pumps:
             pump.cancel()

@@ -1,0 +1,44 @@
+"""Prometheus metrics (prometheus-client), one registry per app, served at GET /metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
+SPEED_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.sessions = Gauge("voicewire_sessions", "Open WebSocket sessions", registry=self.registry)
+        self.contexts = Gauge("voicewire_contexts", "Contexts generating audio", registry=self.registry)
+        self.first_audio = Histogram(
+            "voicewire_first_audio_seconds",
+            "From a context's first text to its first audio message",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.speed = Histogram(
+            "voicewire_realtime_factor",
+            "Audio seconds made per wall second, per finished context",
+            buckets=SPEED_BUCKETS,
+            registry=self.registry,
+        )
+        self.underruns = Counter(
+            "voicewire_client_underruns",
+            "Underruns reported by clients (playback messages)",
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "voicewire_errors", "Errors sent to clients, by code", ["code"], registry=self.registry
+        )
+        self.http_requests = Counter(
+            "voicewire_speech_requests",
+            "POST /v1/audio/speech requests, by status",
+            ["status"],
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

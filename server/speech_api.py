@@ -1,0 +1,163 @@
+"""HTTP: `POST /v1/audio/speech` (OpenAI-compatible) and `GET /v1/voices`.
+
+The speech endpoint takes the whole text at once and answers with 24 kHz 16-bit mono audio, as
+`pcm` (raw) or `wav`, either streamed as it is generated (`stream: true`; the WAV header then
+declares an unknown length) or in one body.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncIterator
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from voicewire.engine import Engine, EngineError, EngineFull, StreamOptions
+from voicewire.engine.prompt import supported_languages
+from voicewire.engine.stream import SAMPLE_RATE
+from voicewire.server.metrics import Metrics
+
+UNKNOWN_LENGTH = 0xFFFFFFFF  # a streamed WAV's sizes, which readers take as "to the end"
+MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
+
+
+class SpeechRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input: Annotated[StrictStr, Field(min_length=1, max_length=20000)]
+    model: StrictStr | None = None  # accepted for compatibility; the server has one model
+    voice: StrictStr | None = None  # a speaker name (CustomVoice)
+    instructions: Annotated[StrictStr, Field(max_length=2000)] | None = None
+    language: StrictStr = "auto"
+    response_format: StrictStr = "wav"
+    speed: Annotated[StrictFloat | StrictInt, Field(ge=0.25, le=4.0)] = 1.0
+    stream: StrictBool = False
+    stream_format: Literal["audio"] = "audio"
+    seed: StrictInt | None = None
+
+
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": "invalid_request_error", "code": code}}, status
+    )
+
+
+def wav_header(samples: int | None) -> bytes:
+    """A 44-byte header for 16-bit mono PCM at 24 kHz; None: length unknown (streaming)."""
+    data = UNKNOWN_LENGTH if samples is None else samples * 2
+    riff = UNKNOWN_LENGTH if samples is None else 36 + data
+    return struct.pack(
+        "<4sI4s4sIHHIIHH4sI",
+        b"RIFF",
+        riff,
+        b"WAVE",
+        b"fmt ",
+        16,
+        1,
+        1,
+        SAMPLE_RATE,
+        SAMPLE_RATE * 2,
+        2,
+        16,
+        b"data",
+        data,
+    )
+
+
+def _pcm16(samples: np.ndarray) -> bytes:
+    return (np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+
+
+def speech_endpoints(engine: Engine, metrics: Metrics):
+    async def speech(request: Request) -> Response:
+        try:
+            body = SpeechRequest.model_validate_json(await request.body())
+        except ValidationError as exc:
+            metrics.http_requests.labels("400").inc()
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            return _error(400, f"{where}: {first['msg']}", "invalid_request")
+        response = await _speak(body)
+        metrics.http_requests.labels(str(response.status_code)).inc()
+        return response
+
+    async def _speak(body: SpeechRequest) -> Response:
+        if body.response_format not in MEDIA_TYPES:
+            return _error(
+                400,
+                f"response_format {body.response_format!r} is not supported; use wav or pcm",
+                "unsupported_format",
+            )
+        if body.speed != 1.0:
+            return _error(400, "speed other than 1.0 is not supported yet", "unsupported_speed")
+        model = engine.model
+        fields: dict = {"language": body.language, "instruct": body.instructions}
+        if model.variant == "custom_voice":
+            fields["speaker"] = body.voice or sorted(model.talker.cfg.speakers)[0]
+        elif model.variant == "base":
+            return _error(
+                400,
+                "this checkpoint clones voices: use the WebSocket API with a speaker_embedding",
+                "invalid_voice",
+            )
+        try:
+            voice = engine.voice(**fields)
+            stream = engine.open_stream(voice, StreamOptions(seed=body.seed))
+        except EngineFull as exc:
+            return _error(503, exc.message, exc.code)
+        except EngineError as exc:
+            return _error(400, exc.message, exc.code)
+        stream.push_text(body.input)
+        stream.end()
+        if body.stream:
+            return StreamingResponse(
+                _chunks(stream, body.response_format), media_type=MEDIA_TYPES[body.response_format]
+            )
+        try:
+            pcm = b"".join([_pcm16(chunk.pcm) async for chunk in stream])
+        except EngineError as exc:
+            return _error(500, exc.message, exc.code)
+        header = wav_header(len(pcm) // 2) if body.response_format == "wav" else b""
+        return Response(header + pcm, media_type=MEDIA_TYPES[body.response_format])
+
+    async def _chunks(stream, response_format: str) -> AsyncIterator[bytes]:
+        if response_format == "wav":
+            yield wav_header(None)
+        try:
+            async for chunk in stream:
+                if chunk.pcm.shape[0]:
+                    yield _pcm16(chunk.pcm)
+        finally:
+            if stream.result is None:  # the client went away: stop generating
+                stream.cancel()
+
+    async def voices(request: Request) -> JSONResponse:
+        model = engine.model
+        speakers = [
+            {"id": name, "dialect": model.talker.cfg.speaker_dialects.get(name) or None}
+            for name in sorted(model.talker.cfg.speakers)
+        ]
+        return JSONResponse(
+            {
+                "variant": model.variant,
+                "voices": speakers,
+                "languages": supported_languages(model.talker),
+                "instructions": model.variant == "voice_design" or model.model_size == "1b7",
+                "cloning": model.variant == "base",
+            }
+        )
+
+    return speech, voices

@@ -1,0 +1,96 @@
+"""POST /v1/audio/speech (OpenAI-compatible), GET /v1/voices and GET /metrics on a real server."""
+
+import asyncio
+import io
+import struct
+
+import httpx
+import numpy as np
+import soundfile as sf
+
+from tests.server.wsclient import WireClient
+
+TEXT = "Hello there, this is a test."
+
+
+def _post(server, **body) -> httpx.Response:
+    return httpx.post(
+        f"{server.http}/v1/audio/speech", json={"model": "tts-1", "input": TEXT, **body}, timeout=120
+    )
+
+
+def test_wav_in_one_body(server) -> None:
+    response = _post(server, voice="vivian", response_format="wav", seed=1)
+    assert response.status_code == 200 and response.headers["content-type"] == "audio/wav"
+    audio, rate = sf.read(io.BytesIO(response.content), dtype="float32")
+    assert rate == 24000 and audio.ndim == 1 and audio.shape[0] % 1920 == 0 and audio.shape[0] > 0
+    assert float(np.sqrt(np.mean(audio**2))) > 1e-3
+
+
+def test_streamed_wav_and_pcm(server) -> None:
+    with httpx.stream(
+        "POST",
+        f"{server.http}/v1/audio/speech",
+        json={"input": TEXT, "voice": "ryan", "stream": True},
+        timeout=120,
+    ) as response:
+        assert response.status_code == 200
+        pieces = list(response.iter_bytes())
+    body = b"".join(pieces)
+    riff, size, wave, fmt, _, pcm, channels, rate, _, _, bits, data, data_size = struct.unpack(
+        "<4sI4s4sIHHIIHH4sI", body[:44]
+    )
+    assert (riff, wave, fmt, data) == (b"RIFF", b"WAVE", b"fmt ", b"data")
+    assert (pcm, channels, rate, bits) == (1, 1, 24000, 16) and size == data_size == 0xFFFFFFFF
+    assert (len(body) - 44) % (1920 * 2) == 0 and len(body) > 44
+    raw = _post(server, voice="ryan", response_format="pcm", stream=True)
+    assert raw.status_code == 200 and raw.headers["content-type"] == "audio/pcm"
+    assert len(raw.content) == len(body) - 44  # the same audio, without a header
+
+
+def test_bad_requests_are_4xx_with_openai_errors(server) -> None:
+    cases = [
+        ({"response_format": "mp3"}, "unsupported_format"),
+        ({"speed": 1.5}, "unsupported_speed"),
+        ({"voice": "nobody"}, "invalid_voice"),
+        ({"input": ""}, "invalid_request"),
+        ({"temperature": 2}, "invalid_request"),
+    ]
+    for body, code in cases:
+        response = _post(server, **body)
+        assert response.status_code == 400, body
+        assert response.json()["error"]["code"] == code, body
+
+
+def test_voices(server) -> None:
+    voices = httpx.get(f"{server.http}/v1/voices", timeout=10).json()
+    assert voices["variant"] == "custom_voice" and not voices["cloning"]
+    assert {v["id"] for v in voices["voices"]} == {"aiden", "dylan", "eric", "ryan", "serena", "vivian"}
+    assert {"id": "eric", "dialect": "sichuan_dialect"} in voices["voices"]
+    assert "english" in voices["languages"] and "auto" in voices["languages"]
+
+
+def test_metrics_count_sessions_latency_and_errors(server) -> None:
+    async def session():
+        client = await WireClient.open(server.url)
+        await client.start(voice={"speaker": "vivian"}, max_frames=6)
+        await client.send({"type": "text", "context_id": "m", "text": TEXT})
+        await client.send({"type": "end", "context_id": "m"})
+        await client.until(lambda m: m["type"] == "done")
+        await client.send({"type": "playback", "context_id": "m", "played_samples": 960, "underruns": 2})
+        await client.send({"type": "flush", "context_id": "nope"})
+        await client.until(lambda m: m["type"] == "error")
+        await client.close()
+
+    asyncio.run(session())
+    text = httpx.get(f"{server.http}/metrics", timeout=10).text
+    values = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+    assert values["voicewire_first_audio_seconds_count"] >= 1
+    assert values["voicewire_realtime_factor_count"] >= 1
+    assert values["voicewire_client_underruns_total"] >= 2
+    assert values['voicewire_errors_total{code="unknown_context"}'] >= 1
+    assert "voicewire_sessions" in values and "voicewire_contexts" in values
