@@ -10,13 +10,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from voicewire.engine import Engine, StreamOptions
+from voicewire.server import protocol as p
+from voicewire.server.auth import Auth, split_subprotocols
 from voicewire.server.config import ServerConfig
+from voicewire.server.errors import HTTP_STATUS, ProtocolError
 from voicewire.server.metrics import Metrics
 from voicewire.server.session import Session
 from voicewire.server.speech_api import speech_endpoints
@@ -31,19 +36,68 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> Starlette:
     executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="voicewire-codec")
     metrics = Metrics()
     speech, voices = speech_endpoints(engine, metrics)
+    auth = Auth(config)
+    if auth.open:
+        log.warning("no API keys configured: the server is open; the CLI keeps it on loopback")
+    middleware = []
+    if config.allowed_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(config.allowed_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["authorization", "content-type"],
+            )
+        )
 
     async def stream(websocket: WebSocket) -> None:
-        offered = websocket.scope.get("subprotocols") or []
+        offered, token = split_subprotocols(websocket.scope.get("subprotocols") or [])
         chosen = next((s for s in offered if s in SUBPROTOCOLS), None)
         if offered and chosen is None:
             # Not our protocol: refuse the handshake (HTTP 403) rather than guess.
             await websocket.close(code=1002)
             return
         await websocket.accept(subprotocol=chosen)
-        session = Session(websocket, engine, Codec(chosen or JSON), config, executor, metrics)
-        log.info("session %s opened (%s)", session.id, session.codec.subprotocol)
-        await session.run()
-        log.info("session %s closed", session.id)
+        codec = Codec(chosen or JSON)
+        try:
+            identity = auth.identify(websocket.headers, token or websocket.query_params.get("token"))
+            auth.acquire(identity)
+        except ProtocolError as error:
+            log.info("refused a socket: %s", error)
+            metrics.errors.labels(error.code).inc()
+            refusal = codec.encode(p.Error(code=error.code, message=error.message, fatal=True))
+            await (
+                websocket.send_bytes(refusal) if isinstance(refusal, bytes) else websocket.send_text(refusal)
+            )
+            await websocket.close(code=error.close_code)
+            return
+        try:
+            session = Session(websocket, engine, codec, config, executor, metrics)
+            log.info("session %s opened (%s, %s)", session.id, codec.subprotocol, identity)
+            await session.run()
+            log.info("session %s closed", session.id)
+        finally:
+            auth.release(identity)
+
+    def guarded(endpoint, tokens_allowed: bool = True):
+        """An HTTP endpoint behind the same checks, answering refusals with 4xx."""
+
+        async def checked(request: Request) -> Response:
+            try:
+                request.state.identity = auth.identify(request.headers, tokens_allowed=tokens_allowed)
+            except ProtocolError as error:
+                metrics.errors.labels(error.code).inc()
+                body = {
+                    "error": {"message": error.message, "type": "authentication_error", "code": error.code}
+                }
+                return JSONResponse(body, HTTP_STATUS[error.code])
+            return await endpoint(request)
+
+        return checked
+
+    async def tokens(request: Request) -> JSONResponse:
+        token = auth.mint(request.state.identity)
+        return JSONResponse({"token": token, "expires_in": config.token_ttl_s, "token_type": "voicewire"})
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -71,15 +125,18 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> Starlette:
             Route("/health", health),
             Route("/ready", ready),
             Route("/metrics", metrics_endpoint),
-            Route("/v1/audio/speech", speech, methods=["POST"]),
-            Route("/v1/voices", voices),
+            Route("/v1/audio/speech", guarded(speech), methods=["POST"]),
+            Route("/v1/voices", guarded(voices)),
+            Route("/v1/tokens", guarded(tokens, tokens_allowed=False), methods=["POST"]),
         ],
+        middleware=middleware,
         lifespan=lifespan,
     )
     app.state.engine = engine
     app.state.config = config
     app.state.warm = False
     app.state.metrics = metrics
+    app.state.auth = auth
     return app
 
 

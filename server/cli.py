@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -61,6 +62,17 @@ def _make_checkpoint(args: argparse.Namespace) -> int:
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 
 
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -76,6 +88,13 @@ def _serve(args: argparse.Namespace) -> int:
             {k: v for k, v in overrides.items() if v is not None} | {"model": args.model or DEFAULT_MODEL}
         )
     server_config = ServerConfig.from_yaml(args.config, host=args.host, port=args.port)
+    if not (server_config.api_keys or os.environ.get("VOICEWIRE_API_KEYS")) and not _is_loopback(
+        server_config.host
+    ):
+        raise ValueError(
+            f"refusing to serve on {server_config.host} without API keys: set server.api_keys in the config "
+            "or VOICEWIRE_API_KEYS, or listen on 127.0.0.1"
+        )
     engine = Engine.from_config(engine_config)
     try:
         app = create_app(engine, server_config)

@@ -19,6 +19,12 @@ class ServerConfig:
     max_context_chars: int = 200_000  # all text of one context
     send_queue: int = 1024  # messages waiting for a socket; past it the client is cut off
     idle_timeout_s: float = 300.0  # no message and no open context for this long: close
+    api_keys: tuple[str, ...] = ()  # also VOICEWIRE_API_KEYS; none: open, and loopback only
+    token_secret: str | None = None  # signs browser tokens; None: random per process
+    token_ttl_s: float = 300.0
+    allowed_origins: tuple[str, ...] = ()  # browser origins allowed; empty: any
+    max_sessions: int = 256  # sockets open at once, all keys together
+    max_sessions_per_key: int = 16
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -40,4 +46,11 @@ class ServerConfig:
             raise ValueError(
                 f"unknown server settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
             )
+        for name in ("api_keys", "allowed_origins"):
+            if name in data:
+                if not isinstance(data[name], list | tuple) or not all(
+                    isinstance(v, str) for v in data[name]
+                ):
+                    raise ValueError(f"server setting {name} must be a list of strings")
+                data[name] = tuple(data[name])
         return cls(**data)

@@ -28,6 +28,9 @@ CODES: dict[str, tuple[bool, int]] = {
     "invalid_options": (False, 0),
     "engine_full": (False, 0),  # no stream slot free right now
     "stream_failed": (False, 0),
+    "unauthorized": (True, 4401),  # no, a wrong or an expired key or token
+    "forbidden_origin": (True, 4403),
+    "too_many_sessions": (True, 4429),
     "slow_consumer": (True, 1008),  # the client stopped reading
     "idle_timeout": (True, 1000),
     "internal_error": (True, 1011),
@@ -54,6 +57,9 @@ class ProtocolError(Exception):
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
+
+
+HTTP_STATUS = {"unauthorized": 401, "forbidden_origin": 403, "too_many_sessions": 429}
 
 
 def from_engine(exc: EngineError, context_id: str | None) -> ProtocolError:

@@ -1,3 +1,4 @@
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -40,13 +41,20 @@ class _Uvicorn:
         self.thread.join(timeout=10)
 
 
-@pytest.fixture(scope="module")
-def server(tiny_models) -> Iterator[RunningServer]:
-    config = ServerConfig(max_contexts=3, max_text_chars=500, max_message_bytes=4096, send_queue=256)
-    with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=8, kv_length=256)) as engine:
+@contextlib.contextmanager
+def running_server(model, config: ServerConfig) -> Iterator[RunningServer]:
+    """A real server for `model` with `config`, stopped (and its engine closed) on exit."""
+    with Engine(model, EngineConfig(max_streams=8, kv_length=256)) as engine:
         runner = _Uvicorn(create_app(engine, config))
         port = runner.start()
         try:
             yield RunningServer(f"ws://127.0.0.1:{port}", f"http://127.0.0.1:{port}", engine, config)
         finally:
             runner.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models) -> Iterator[RunningServer]:
+    config = ServerConfig(max_contexts=3, max_text_chars=500, max_message_bytes=4096, send_queue=256)
+    with running_server(tiny_models["custom_voice"], config) as running:
+        yield running

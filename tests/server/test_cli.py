@@ -110,3 +110,9 @@ def test_serve_without_the_default_model_names_the_ways_out(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["serve", "--port", "1"]) == 2
     assert "--model PATH" in caplog.text and "--model tiny" in caplog.text
+
+
+def test_serve_refuses_a_public_address_without_keys(caplog: pytest.LogCaptureFixture, monkeypatch) -> None:
+    monkeypatch.delenv("VOICEWIRE_API_KEYS", raising=False)
+    assert main(["serve", "--model", "tiny", "--host", "0.0.0.0", "--port", "1"]) == 2
+    assert "refusing to serve on 0.0.0.0 without API keys" in caplog.text
