@@ -17,7 +17,8 @@ class ServerConfig:
     max_message_bytes: int = 65536  # one client frame
     max_text_chars: int = 4096  # one text message
     max_context_chars: int = 200_000  # all text of one context
-    send_queue: int = 1024  # messages waiting for a socket; past it the client is cut off
+    send_queue: int = 4096  # messages waiting for a socket; past it the client is cut off
+    send_buffer_s: float = 20.0  # seconds of audio waiting for a socket; past it, likewise
     idle_timeout_s: float = 300.0  # no message and no open context for this long: close
     api_keys: tuple[str, ...] = ()  # also VOICEWIRE_API_KEYS; none: open, and loopback only
     token_secret: str | None = None  # signs browser tokens; None: random per process

@@ -83,7 +83,9 @@ class Session:
     contexts: dict[str, Context] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # Bounded twice: by messages, and by seconds of audio not yet written to the socket.
         self._outbox: asyncio.Queue[p.ServerMessage | None] = asyncio.Queue(maxsize=self.config.send_queue)
+        self._queued_audio_s = 0.0
         self._settings: _Settings | None = None
         self._fatal: ProtocolError | None = None
         self._stop = asyncio.Event()
@@ -92,6 +94,7 @@ class Session:
     def _fail(self, error: ProtocolError) -> None:
         """A fatal error: the session stops, says why, and closes."""
         if self._fatal is None:
+            log.info("session %s: %s", self.id, error)
             self._fatal = error
             self.metrics.errors.labels(error.code).inc()
         self._stop.set()
@@ -391,11 +394,20 @@ class Session:
     def _emit(self, message: p.ServerMessage) -> None:
         if self._fatal is not None:
             return
+        seconds = self._audio_seconds(message)
         try:
+            if self._queued_audio_s + seconds > self.config.send_buffer_s:
+                raise asyncio.QueueFull
             self._outbox.put_nowait(message)
         except asyncio.QueueFull:
             self._fail(ProtocolError("slow_consumer", "the client stopped reading; audio backed up"))
             raise _SlowConsumer from None
+        self._queued_audio_s += seconds
+
+    def _audio_seconds(self, message: p.ServerMessage | None) -> float:
+        if not isinstance(message, p.Audio) or self._settings is None:
+            return 0.0
+        return message.samples / self._settings.format.sample_rate
 
     def _error(self, error: ProtocolError) -> None:
         log.info("session %s: %s", self.id, error)
@@ -417,6 +429,7 @@ class Session:
                 await self.websocket.send_bytes(encoded)
             else:
                 await self.websocket.send_text(encoded)
+            self._queued_audio_s -= self._audio_seconds(message)
 
     async def _shutdown(self, sender: asyncio.Task) -> None:
         self.state = SessionState.CLOSED
@@ -439,5 +452,6 @@ class Session:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(sender, timeout=5)
         sender.cancel()
+        # A client that does not read cannot take a close frame either: do not wait on it.
         with contextlib.suppress(Exception):
-            await self.websocket.close(code=fatal.close_code if fatal else 1000)
+            await asyncio.wait_for(self.websocket.close(code=fatal.close_code if fatal else 1000), timeout=1)

@@ -55,6 +55,6 @@ def running_server(model, config: ServerConfig) -> Iterator[RunningServer]:
 
 @pytest.fixture(scope="module")
 def server(tiny_models) -> Iterator[RunningServer]:
-    config = ServerConfig(max_contexts=3, max_text_chars=500, max_message_bytes=4096, send_queue=256)
+    config = ServerConfig(max_contexts=3, max_text_chars=500, max_message_bytes=4096, send_queue=4096)
     with running_server(tiny_models["custom_voice"], config) as running:
         yield running
