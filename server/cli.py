@@ -1,4 +1,4 @@
-"""The `voicewire` command: serve, synth (offline synthesis), bench-engine and make-checkpoint."""
+"""The `voicewire` command: serve, say (the client), synth (offline), bench-engine, make-checkpoint."""
 
 from __future__ import annotations
 
@@ -115,6 +115,67 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say(args: argparse.Namespace) -> int:
+    import asyncio
+    import shutil
+    import subprocess
+    import tempfile
+
+    import numpy as np
+    import soundfile as sf
+
+    from voicewire.client import Client, ServerError
+
+    if not args.out and not args.play:
+        raise ValueError("say needs --out FILE.wav or --play")
+    voice = {"speaker": args.speaker, "language": args.language}
+    if args.instruct:
+        voice["instruct"] = args.instruct
+
+    async def speak() -> tuple[np.ndarray, int, dict]:
+        client = await Client.connect(
+            args.url,
+            api_key=args.api_key or os.environ.get("VOICEWIRE_API_KEY"),
+            voice={k: v for k, v in voice.items() if v is not None},
+            format={"encoding": "opus", "sample_rate": args.sample_rate},
+        )
+        async with client:
+            context = client.context()
+            # --stream-text sends the text a word at a time, as an LLM would write it.
+            words = args.text.split(" ")
+            pieces = [w + " " for w in words[:-1]] + [words[-1]] if args.stream_text else [args.text]
+
+            async def feed() -> None:
+                for piece in pieces:
+                    await context.push(piece)
+                    if args.stream_text:
+                        await asyncio.sleep(1 / args.words_per_second)
+                await context.end()
+
+            audio, _ = await asyncio.gather(context.read_all(), feed())
+            return audio, client.sample_rate, context.done or {}
+
+    try:
+        audio, rate, done = asyncio.run(speak())
+    except ServerError as exc:
+        raise ValueError(f"the server refused: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"could not reach {args.url}: {exc}") from None
+    log.info("%d samples at %d Hz (%s)", audio.shape[0], rate, done.get("reason", "?"))
+    if args.out:
+        sf.write(args.out, audio, rate, subtype="PCM_16")
+        log.info("wrote %s", args.out)
+    if args.play:
+        player = next((p for p in ("ffplay", "aplay", "paplay", "afplay") if shutil.which(p)), None)
+        if player is None:
+            raise ValueError("--play needs ffplay, aplay, paplay or afplay on the PATH")
+        with tempfile.NamedTemporaryFile(suffix=".wav") as f:
+            sf.write(f.name, audio, rate, subtype="PCM_16")
+            extra = ["-autoexit", "-nodisp", "-loglevel", "quiet"] if player == "ffplay" else []
+            subprocess.run([player, *extra, f.name], check=True)
+    return 0
+
+
 def _bench_engine(args: argparse.Namespace) -> int:
     import asyncio
     import json
@@ -166,6 +227,22 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--device", help="cpu, cuda or cuda:N")
     serve.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     serve.set_defaults(func=_serve)
+
+    say = sub.add_parser("say", help="speak text through a running server (the Python client)")
+    say.add_argument("text")
+    say.add_argument("--url", default="ws://127.0.0.1:8000", help="server address")
+    say.add_argument("--api-key", help="API key (default: $VOICEWIRE_API_KEY)")
+    say.add_argument("--speaker", help="named speaker (CustomVoice)")
+    say.add_argument("--language", default="auto")
+    say.add_argument("--instruct", help="voice description (VoiceDesign)")
+    say.add_argument(
+        "--stream-text", action="store_true", help="send the text a word at a time, as an LLM would"
+    )
+    say.add_argument("--words-per-second", type=float, default=8.0)
+    say.add_argument("--sample-rate", type=int, default=24000, choices=[24000, 48000])
+    say.add_argument("--out", type=Path, help="write a WAV file")
+    say.add_argument("--play", action="store_true", help="play it (ffplay, aplay, paplay or afplay)")
+    say.set_defaults(func=_say)
 
     synth = sub.add_parser("synth", help="synthesize one utterance to a WAV file")
     synth.add_argument("--model", required=True, help="checkpoint folder, Hugging Face repo id, or 'tiny'")

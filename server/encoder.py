@@ -131,7 +131,7 @@ class AudioEncoder:
         size = self.format.packet_samples
         samples = np.concatenate((self._pending, pcm))
         valid = samples.shape[0]
-        if final and valid:
+        if final and (valid or self._pts):  # flush even when the last chunk is empty
             # Push the encoder's lookahead out too, then pad to whole packets; `samples` stays true.
             tail = self.codec_delay + (-(valid + self.codec_delay)) % size
             samples = np.concatenate((samples, np.zeros(tail, np.float32)))

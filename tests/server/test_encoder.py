@@ -30,6 +30,16 @@ def test_opus_packets_are_20_ms_with_true_counts_and_a_flagged_last(rate: int) -
     assert np.corrcoef(heard, reference)[0, 1] > 0.99  # the end of the audio is in there too
 
 
+def test_an_empty_final_chunk_still_flushes_the_encoder() -> None:
+    encoder = AudioEncoder(OutputFormat("opus", 24000))
+    x = _tone(0.08)  # one frame: whole packets, nothing pending
+    packets = encoder.encode(x) + encoder.encode(np.zeros(0, np.float32), final=True)
+    assert sum(p.samples for p in packets) == 1920 and packets[-1].final and packets[-1].samples == 0
+    decoder = opuslib.Decoder(24000, 1)
+    decoded = np.concatenate([np.frombuffer(decoder.decode(p.data, 480), "<i2") for p in packets])
+    assert decoded.shape[0] >= encoder.codec_delay + 1920  # the lookahead came out too
+
+
 def test_mulaw_round_trip_and_known_values() -> None:
     x = np.linspace(-1, 1, 1001, dtype=np.float32)
     assert np.abs(mulaw_decode(mulaw_encode(x)) - x).max() < 0.032

@@ -8,7 +8,7 @@ import numpy as np
 import opuslib
 import pytest
 import soxr
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.server.wsclient import JSON, MSGPACK, WireClient
 from voicewire.engine.model import SynthesisRequest
@@ -160,3 +160,20 @@ def test_health_and_ready(server) -> None:
     for path, status in (("/health", "ok"), ("/ready", "ready")):
         with urllib.request.urlopen(server.http + path, timeout=10) as response:
             assert response.status == 200 and json.loads(response.read())["status"] == status
+
+
+def test_an_idle_socket_is_closed(tiny_models) -> None:
+    from tests.server.conftest import running_server
+    from voicewire.server.config import ServerConfig
+
+    async def run(url: str):
+        client = await WireClient.open(url)
+        await client.start(voice={"speaker": "vivian"})
+        error = await client.recv(timeout=10)
+        with pytest.raises(ConnectionClosed):
+            await client.recv(timeout=10)
+        return error, client.ws.close_code
+
+    with running_server(tiny_models["custom_voice"], ServerConfig(idle_timeout_s=0.5)) as server:
+        error, code = asyncio.run(run(server.url))
+    assert (error["code"], error["fatal"], code) == ("idle_timeout", True, 1000)

@@ -1,0 +1,93 @@
+"""voicewire.client and `voicewire say` against a real server."""
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.server.conftest import running_server
+from voicewire.client import Client, ServerError
+from voicewire.engine.model import SynthesisRequest
+from voicewire.server.cli import main
+from voicewire.server.config import ServerConfig
+
+TEXT = "Hello there, this is a test of the voice."
+FRAMES = 24
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models):
+    with running_server(tiny_models["custom_voice"], ServerConfig()) as running:
+        yield running
+
+
+def test_contexts_decode_to_the_engine_audio(server, tiny_models) -> None:
+    model = tiny_models["custom_voice"]
+    expected = {
+        speaker: model.synthesize(
+            SynthesisRequest(text=TEXT, speaker=speaker, layout="dual_track", greedy=True, max_frames=FRAMES)
+        ).audio
+        for speaker in ("vivian",)
+    }["vivian"]
+
+    async def run():
+        client = await Client.connect(
+            server.url,
+            voice={"speaker": "vivian"},
+            format={"encoding": "opus", "sample_rate": 24000, "bitrate": 128000},
+            sampling={"greedy": True},
+            max_frames=FRAMES,
+        )
+        async with client:
+            a, b = client.context(), client.context()
+
+            async def speak(context):
+                for word in TEXT.split(" "):
+                    await context.push(word + (" " if not TEXT.endswith(word) else ""))
+                await context.end()
+                return await context.read_all()
+
+            return await asyncio.gather(speak(a), speak(b)), a.done, a.progress
+
+    (first, second), done, progress = asyncio.run(run())
+    for audio in (first, second):
+        assert audio.shape == (FRAMES * 1920,) == (done["samples"],)  # pre-skip and padding dropped
+        assert np.corrcoef(audio, expected)[0, 1] > 0.97
+    assert "".join(m["text"] for m in progress) and done["reason"] == "max_frames"
+
+
+def test_errors_reach_the_caller(server) -> None:
+    async def run():
+        with pytest.raises(ServerError, match="invalid_voice"):
+            await Client.connect(server.url, voice={"speaker": "nobody"})
+        client = await Client.connect(server.url, voice={"speaker": "ryan"})
+        async with client:
+            context = client.context("c")
+            await context.end()  # end before any text: the server has no such context
+            with pytest.raises(ServerError, match="unknown_context") as info:
+                await context.read_all()
+            await client.send({"type": "speak"})
+            await asyncio.sleep(0.3)
+            return info.value, client.errors
+
+    context_error, errors = asyncio.run(run())
+    assert context_error.context_id == "c" and not context_error.fatal
+    assert [e.code for e in errors] == ["unknown_type"]
+
+
+def test_say_writes_a_wav(server, tmp_path: Path) -> None:
+    out = tmp_path / "say.wav"
+    assert (
+        main(["say", TEXT, "--url", server.url, "--speaker", "serena", "--stream-text", "--out", str(out)])
+        == 0
+    )
+    audio, rate = sf.read(out, dtype="float32")
+    assert rate == 24000 and audio.ndim == 1 and audio.shape[0] > 0 and audio.shape[0] % 1920 == 0
+    assert float(np.sqrt(np.mean(audio**2))) > 1e-3
+
+
+def test_say_without_a_server_is_a_clear_error(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    assert main(["say", "Hi.", "--url", "ws://127.0.0.1:9", "--out", str(tmp_path / "x.wav")]) == 2
+    assert "could not reach ws://127.0.0.1:9" in caplog.text
