@@ -3,7 +3,7 @@
 `FrameStepper` owns the static state of S stream slots (KV caches, last hidden state, pending
 code 0, repetition-penalty history, per-slot sampling settings and RNGs), allocated once. A step
 runs over the rows [0, n) with fixed shapes; rows not in `active` compute but change nothing that
-matters (their KV write lands at their own next position, which is rewritten before it is read).
+matters (their KV write lands at their own next position, or the last one, rewritten before read).
 """
 
 from __future__ import annotations
@@ -148,7 +148,10 @@ class FrameStepper:
         )
         frame = torch.cat((code0[:, None], residual), dim=1)
         x = (talker.embed_frame(frame) + text_rows)[:, None]
-        new_hidden, logits = talker(x, self.pos[:n, None], self.cache.rows(0, n))
+        # A row that is not stepping may sit at kv_length (its sequence ended at the bound); its
+        # throwaway write goes to the last slot instead, which nothing reads before rewriting.
+        positions = self.pos[:n].clamp(max=self.kv_length - 1)
+        new_hidden, logits = talker(x, positions[:, None], self.cache.rows(0, n))
         logits = logits[:, -1]
         finite = torch.isfinite(logits).all(dim=-1)
         self.hidden[:n] = torch.where(mask[:, None], new_hidden[:, -1], hidden)

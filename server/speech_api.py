@@ -1,6 +1,7 @@
 """HTTP: `POST /v1/audio/speech` (OpenAI-compatible) and `GET /v1/voices`.
 
-The speech endpoint takes the whole text at once and answers with 24 kHz 16-bit mono audio, as
+The speech endpoint takes the whole text at once and answers with 24 kHz 16-bit mono audio (at
+`speed` other than 1, time-stretched with the pitch kept: `tempo.py`), as
 `pcm` (raw) or `wav`, either streamed as it is generated (`stream: true`; the WAV header then
 declares an unknown length) or in one body.
 """
@@ -29,6 +30,7 @@ from voicewire.engine import Engine, EngineError, EngineFull, StreamOptions
 from voicewire.engine.prompt import supported_languages
 from voicewire.engine.stream import SAMPLE_RATE
 from voicewire.server.metrics import Metrics
+from voicewire.server.tempo import TimeStretch
 
 UNKNOWN_LENGTH = 0xFFFFFFFF  # a streamed WAV's sizes, which readers take as "to the end"
 MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
@@ -81,6 +83,10 @@ def _pcm16(samples: np.ndarray) -> bytes:
     return (np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
 
 
+def _at_speed(pcm: np.ndarray, final: bool, tempo: TimeStretch | None) -> np.ndarray:
+    return pcm if tempo is None else tempo.process(pcm, final=final)
+
+
 def speech_endpoints(engine: Engine, metrics: Metrics):
     async def speech(request: Request) -> Response:
         try:
@@ -101,8 +107,6 @@ def speech_endpoints(engine: Engine, metrics: Metrics):
                 f"response_format {body.response_format!r} is not supported; use wav or pcm",
                 "unsupported_format",
             )
-        if body.speed != 1.0:
-            return _error(400, "speed other than 1.0 is not supported yet", "unsupported_speed")
         model = engine.model
         fields: dict = {"language": body.language, "instruct": body.instructions}
         if model.variant == "custom_voice":
@@ -122,24 +126,26 @@ def speech_endpoints(engine: Engine, metrics: Metrics):
             return _error(400, exc.message, exc.code)
         stream.push_text(body.input)
         stream.end()
+        tempo = TimeStretch(float(body.speed)) if body.speed != 1.0 else None
         if body.stream:
             return StreamingResponse(
-                _chunks(stream, body.response_format), media_type=MEDIA_TYPES[body.response_format]
+                _chunks(stream, body.response_format, tempo), media_type=MEDIA_TYPES[body.response_format]
             )
         try:
-            pcm = b"".join([_pcm16(chunk.pcm) async for chunk in stream])
+            pcm = b"".join([_pcm16(_at_speed(chunk.pcm, chunk.final, tempo)) async for chunk in stream])
         except EngineError as exc:
             return _error(500, exc.message, exc.code)
         header = wav_header(len(pcm) // 2) if body.response_format == "wav" else b""
         return Response(header + pcm, media_type=MEDIA_TYPES[body.response_format])
 
-    async def _chunks(stream, response_format: str) -> AsyncIterator[bytes]:
+    async def _chunks(stream, response_format: str, tempo: TimeStretch | None) -> AsyncIterator[bytes]:
         if response_format == "wav":
             yield wav_header(None)
         try:
             async for chunk in stream:
-                if chunk.pcm.shape[0]:
-                    yield _pcm16(chunk.pcm)
+                pcm = _at_speed(chunk.pcm, chunk.final, tempo)
+                if pcm.shape[0]:
+                    yield _pcm16(pcm)
         finally:
             if stream.result is None:  # the client went away: stop generating
                 stream.cancel()

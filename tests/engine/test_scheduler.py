@@ -129,3 +129,31 @@ def test_a_restart_reuses_the_voice_prefix(model: Qwen3TTS, monkeypatch: pytest.
     solo = _open(model, fresh, second, max_frames=second_codes.shape[0])
     _run(fresh, fresh_recorder, [solo])
     assert torch.equal(second_codes, torch.stack(fresh_recorder.codes[solo.id]))
+
+
+def test_a_slot_at_the_kv_bound_can_sit_beside_stepping_streams(model: Qwen3TTS) -> None:
+    # Slot 0 runs its sequence to the last KV position and then waits for text; slot 1 keeps
+    # stepping, so slot 0 rides along in the batch without stepping.
+    scheduler, recorder = _scheduler(model, max_streams=2, kv_length=64, segments=SegmentPolicy(None, None))
+    first = Stream(
+        next(_ids),
+        model.voice(speaker="vivian"),
+        StreamOptions(greedy=True, suppress_eos=True),
+        model.tokenizer,
+        lambda: None,
+    )
+    generation = GenerationOptions.from_generation_config(
+        model.generation_config, greedy=True, suppress_eos=True
+    )
+    scheduler.submit(first, generation, lookahead=1)
+    first.push_text("A short one.")
+    first.flush()  # its sequence runs to the KV bound; then it waits for more text
+    with torch.inference_mode():
+        while len(recorder.segment_ends.get(first.id, [])) < 1:
+            assert scheduler.step()
+    assert int(scheduler.stepper.pos[0]) == 64
+    second = _open(model, scheduler, "Another stream steps on.", max_frames=30)
+    _run(scheduler, recorder, [second])
+    assert recorder.closed[second.id] == ("max_frames", None) and len(recorder.codes[second.id]) == 30
+    first.end()
+    _run(scheduler, recorder, [first])

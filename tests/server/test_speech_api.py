@@ -31,7 +31,7 @@ def test_streamed_wav_and_pcm(server) -> None:
     with httpx.stream(
         "POST",
         f"{server.http}/v1/audio/speech",
-        json={"input": TEXT, "voice": "ryan", "stream": True},
+        json={"input": TEXT, "voice": "ryan", "stream": True, "seed": 9},
         timeout=120,
     ) as response:
         assert response.status_code == 200
@@ -43,7 +43,7 @@ def test_streamed_wav_and_pcm(server) -> None:
     assert (riff, wave, fmt, data) == (b"RIFF", b"WAVE", b"fmt ", b"data")
     assert (pcm, channels, rate, bits) == (1, 1, 24000, 16) and size == data_size == 0xFFFFFFFF
     assert (len(body) - 44) % (1920 * 2) == 0 and len(body) > 44
-    raw = _post(server, voice="ryan", response_format="pcm", stream=True)
+    raw = _post(server, voice="ryan", response_format="pcm", stream=True, seed=9)
     assert raw.status_code == 200 and raw.headers["content-type"] == "audio/pcm"
     assert len(raw.content) == len(body) - 44  # the same audio, without a header
 
@@ -51,7 +51,7 @@ def test_streamed_wav_and_pcm(server) -> None:
 def test_bad_requests_are_4xx_with_openai_errors(server) -> None:
     cases = [
         ({"response_format": "mp3"}, "unsupported_format"),
-        ({"speed": 1.5}, "unsupported_speed"),
+        ({"speed": 5.0}, "invalid_request"),
         ({"voice": "nobody"}, "invalid_voice"),
         ({"input": ""}, "invalid_request"),
         ({"temperature": 2}, "invalid_request"),
@@ -60,6 +60,15 @@ def test_bad_requests_are_4xx_with_openai_errors(server) -> None:
         response = _post(server, **body)
         assert response.status_code == 400, body
         assert response.json()["error"]["code"] == code, body
+
+
+def test_speed_changes_the_length(server) -> None:
+    lengths = {}
+    for speed in (1.0, 1.5):
+        response = _post(server, voice="aiden", response_format="pcm", seed=5, speed=speed)
+        assert response.status_code == 200
+        lengths[speed] = len(response.content) // 2
+    assert lengths[1.5] == round(lengths[1.0] / 1.5)
 
 
 def test_voices(server) -> None:
