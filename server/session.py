@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from voicewire.engine import ChunkSchedule, Engine, EngineError, SamplingParams, Stream, StreamOptions
+from voicewire.engine import ChunkSchedule, Engine, EngineError, SamplingParams, Stream, StreamOptions, Voice
 from voicewire.engine.stream import SAMPLE_RATE
 from voicewire.server import protocol as p
 from voicewire.server.config import ServerConfig
@@ -61,7 +61,7 @@ class Context:
 class _Settings:
     """What `start` fixed for every context of the session."""
 
-    voice: object
+    voice: Voice
     options: StreamOptions
     format: OutputFormat
 
@@ -177,12 +177,11 @@ class Session:
         fmt = OutputFormat.from_spec(message.format)
         voice_spec = message.voice
         try:
-            embedding = voice_spec.speaker_embedding
             voice = self.engine.voice(
                 speaker=voice_spec.speaker,
                 language=voice_spec.language,
                 instruct=voice_spec.instruct,
-                speaker_embedding=None if embedding is None else embedding,
+                speaker_embedding=voice_spec.speaker_embedding,
             )
             self.engine.check_voice(voice)
             options = self._stream_options(message)
