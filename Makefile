@@ -14,6 +14,11 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 
 setup: $(VENV)/.installed
 
+TEST_TOOLS := tests/web/node_modules/.installed
+$(TEST_TOOLS): tests/web/package-lock.json scripts/setup_test_tools.sh
+	bash scripts/setup_test_tools.sh
+	touch $@
+
 serve: setup
 	$(VENV)/bin/voicewire serve --config configs/cpu.yaml
 
@@ -25,7 +30,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: setup lint
+test: setup $(TEST_TOOLS) lint
 	$(PY) -m pytest -q
 
 clean:

@@ -93,6 +93,9 @@ class DecoderStage:
     def segment_end(self, stream: Stream, flushed: bool) -> None:
         self._inbox.put(("mark", stream, _Mark(flushed=flushed)))
 
+    def drain(self, stream: Stream) -> None:
+        self._inbox.put(("mark", stream, _Mark()))
+
     def close(self, stream: Stream, reason: str, frames: int, end_step: int) -> None:
         self._inbox.put(("mark", stream, _Mark(close=(reason, frames, end_step))))
 

@@ -224,6 +224,9 @@ class _CodesCollector:
     def segment_end(self, stream: Stream, flushed: bool) -> None:
         pass
 
+    def drain(self, stream: Stream) -> None:
+        pass
+
     def close(self, stream: Stream, reason: str, frames: int, end_step: int) -> None:
         self.reason = reason
 

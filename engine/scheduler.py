@@ -41,6 +41,8 @@ class FrameSink(Protocol):
 
     def segment_end(self, stream: Stream, flushed: bool) -> None: ...
 
+    def drain(self, stream: Stream) -> None: ...  # no frames come for a while: send what is held
+
     def close(self, stream: Stream, reason: str, frames: int, end_step: int) -> None: ...
 
     def drop(
@@ -65,6 +67,7 @@ class _Live:
     prefilled_tokens: list[TextToken] = field(default_factory=list)  # reported with the next frame
     ended: bool = False
     released: bool = False
+    starved: bool = False  # waiting for text, and the decoder was told to send what it holds
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,11 @@ class Scheduler:
             if prefills < self.config.max_prefills_per_step and self._advance(live):
                 prefills += 1
         ready = [live for live in self._live if self._ready(live)]
+        for live in self._live:
+            if not live.starved and live not in ready and self._waiting_for_text(live):
+                # Frames held back for a bigger chunk would wait for the text too: let them out.
+                live.starved = True
+                self.sink.drain(live.stream)
         if ready:
             self._step(ready)
         return self._progress or bool(incoming) or prefills > 0
@@ -229,6 +237,14 @@ class Scheduler:
             return False  # waiting for text
         return self.max_ahead_samples is None or live.stream.unread_samples < self.max_ahead_samples
 
+    def _waiting_for_text(self, live: _Live) -> bool:
+        segment = live.segments.head
+        return (
+            segment is not None
+            and segment.start >= 0
+            and segment.next_id(self.parts.text_ids.tts_pad) is None
+        )
+
     def _step(self, ready: list[_Live]) -> None:
         n = max(live.slot for live in ready) + 1
         active = [False] * n
@@ -240,6 +256,7 @@ class Scheduler:
             next_id = segment.next_id(self.parts.text_ids.tts_pad)
             assert next_id is not None
             active[live.slot] = True
+            live.starved = False
             ids[live.slot] = next_id[0]
             tokens = (*live.prefilled_tokens, *([next_id[1]] if next_id[1] is not None else []))
             fed.append(TrackEntry(next_id[0], tokens))

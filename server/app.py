@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -14,7 +15,8 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
 from voicewire.engine import Engine, StreamOptions
@@ -28,6 +30,8 @@ from voicewire.server.speech_api import speech_endpoints
 from voicewire.server.wire import JSON, SUBPROTOCOLS, Codec
 
 log = logging.getLogger(__name__)
+
+WEB = Path(__file__).resolve().parents[1] / "web"
 
 
 def create_app(engine: Engine, config: ServerConfig | None = None) -> Starlette:
@@ -128,6 +132,8 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> Starlette:
             Route("/v1/audio/speech", guarded(speech), methods=["POST"]),
             Route("/v1/voices", guarded(voices)),
             Route("/v1/tokens", guarded(tokens, tokens_allowed=False), methods=["POST"]),
+            # The player (/player.js) and the demo page (/), last so they shadow no route.
+            Mount("/", app=StaticFiles(directory=WEB, html=True), name="web"),
         ],
         middleware=middleware,
         lifespan=lifespan,

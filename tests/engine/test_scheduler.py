@@ -34,6 +34,9 @@ class Recorder:
     def segment_end(self, stream: Stream, flushed: bool) -> None:
         self.segment_ends[stream.id].append(flushed)
 
+    def drain(self, stream: Stream) -> None:
+        pass
+
     def close(self, stream: Stream, reason: str, frames: int, end_step: int) -> None:
         self.closed[stream.id] = (reason, None)
 

@@ -1,0 +1,67 @@
+// Drives Debian's headless chromium with playwright-core through the demo page and the player.
+// Usage: node browser.mjs BASE_URL SCENARIO OUT_DIR; prints one JSON object with what it saw.
+import { chromium } from 'playwright-core';
+
+const [base, scenario, outDir] = process.argv.slice(2);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--autoplay-policy=no-user-gesture-required', '--no-sandbox'],
+});
+const result = { scenario };
+try {
+  const page = await browser.newPage({ viewport: { width: 390, height: 844 } }); // a phone
+  const logs = [];
+  page.on('console', (m) => logs.push(m.text()));
+  page.on('pageerror', (e) => logs.push(`pageerror: ${e.message}`));
+  const format = scenario === 'pcm' ? 'pcm' : 'auto';
+  // A 250 ms start buffer: this 2-core CI machine runs the model, the server and the browser.
+  await page.goto(`${base}/?format=${format}&target=250`);
+  await page.waitForFunction(() => window.voicewire?.ready === true, null, { timeout: 30000 });
+  result.codec = await page.evaluate(() => window.voicewire.stats().codec);
+  await page.evaluate(() => {
+    const p = window.voicewire;
+    window.seen = { firstAudioAt: null, rendered: [], done: null, underruns: [] };
+    p.addEventListener('underrun', () => { window.seen.underruns.push([performance.now(), p.stats().played]); });
+    p.addEventListener('audio', () => { window.seen.firstAudioAt ??= performance.now(); });
+    p.addEventListener('done', (e) => { window.seen.done = e.detail; });
+    p.addEventListener('rendered', (e) => { window.seen.rendered.push([performance.now(), e.detail.length]); });
+  });
+
+  if (scenario === 'typing' || scenario === 'pcm') {
+    const text = 'Hello there, this is the voicewire demo page speaking as you type. It works on a phone too.';
+    const typingStarted = await page.evaluate(() => performance.now());
+    await page.locator('#text').pressSequentially(text, { delay: 10 }); // a fast writer: an LLM
+    result.typingEndedAt = (await page.evaluate(() => performance.now())) - typingStarted;
+    await page.click('#speak');
+    await page.waitForFunction(() => window.seen.done !== null, null, { timeout: 60000 });
+    await page.waitForFunction(() => window.voicewire.stats().bufferMs === 0, null, { timeout: 30000 });
+    await page.waitForTimeout(200);
+    const seen = await page.evaluate(() => ({
+      firstAudioAt: window.seen.firstAudioAt, done: window.seen.done, stats: window.voicewire.stats(),
+      underruns: window.seen.underruns,
+    }));
+    result.underrunsAt = seen.underruns.map(([t, played]) => [t - typingStarted, played]);
+    result.firstAudioAfterTypingStartMs = seen.firstAudioAt - typingStarted;
+    result.done = seen.done;
+    result.stats = seen.stats;
+    await page.screenshot({ path: `${outDir}/demo-${scenario}.png`, fullPage: true });
+  } else if (scenario === 'barge-in') {
+    await page.evaluate(() => {
+      const p = window.voicewire;
+      p.push('This turn goes on and on, long enough that it is still playing when we interrupt it. '.repeat(4));
+      p.end();
+    });
+    await page.waitForFunction(() => window.voicewire.stats().played > 48000 * 0.5, null, { timeout: 60000 });
+    const cancelAt = await page.evaluate(() => { window.voicewire.cancel(); return performance.now(); });
+    await page.waitForTimeout(600);
+    const seen = await page.evaluate(() => ({ rendered: window.seen.rendered, stats: window.voicewire.stats() }));
+    const after = seen.rendered.filter(([t]) => t > cancelAt);
+    result.renderedAfterCancel = after.reduce((n, [, len]) => n + len, 0);
+    result.lastRenderMsAfterCancel = after.length ? after.at(-1)[0] - cancelAt : 0;
+    result.stats = seen.stats;
+  }
+  result.logs = logs;
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(result));

@@ -1,0 +1,56 @@
+"""The player and the demo page in a real headless Chromium (Debian's), driven by playwright-core."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.server.conftest import running_server
+from voicewire.server.config import ServerConfig
+
+HERE = Path(__file__).parent
+ARTIFACTS = Path(os.environ.get("VOICEWIRE_ARTIFACTS", HERE.parents[1] / "artifacts"))
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models):
+    with running_server(tiny_models["custom_voice"], ServerConfig()) as running:
+        yield running
+
+
+def _browse(server, scenario: str) -> dict:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["node", str(HERE / "browser.mjs"), server.http, scenario, str(ARTIFACTS)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=HERE,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_typing_streams_audio_before_the_text_is_finished(server) -> None:
+    seen = _browse(server, "typing")
+    assert seen["codec"] == "opus", seen["logs"]  # WebCodecs decodes the Opus packets
+    assert seen["firstAudioAfterTypingStartMs"] < seen["typingEndedAt"]  # audio while still typing
+    stats, done = seen["stats"], seen["done"]
+    assert stats["underruns"] == 0 and stats["latencyMs"] is not None and stats["latencyMs"] > 0
+    assert stats["played"] == done["samples"]  # every sample the server reported was rendered
+    assert (ARTIFACTS / "demo-typing.png").stat().st_size > 10_000
+    (ARTIFACTS / "latency.json").write_text(json.dumps({"latency_at_speaker_ms": stats["latencyMs"]}))
+
+
+def test_pcm_fallback_plays_too(server) -> None:
+    seen = _browse(server, "pcm")
+    assert seen["codec"] == "pcm"
+    assert seen["stats"]["played"] == seen["done"]["samples"] > 0 and seen["stats"]["underruns"] == 0
+
+
+def test_barge_in_silences_within_50_ms(server) -> None:
+    seen = _browse(server, "barge-in")
+    assert seen["lastRenderMsAfterCancel"] <= 50, seen
+    assert seen["stats"]["bufferMs"] == 0

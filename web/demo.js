@@ -1,0 +1,79 @@
+// The demo page: typing streams text as you type; "Simulate LLM" pushes a paragraph at a
+// token-like pace; Stop is a barge-in.
+import { VoicewirePlayer } from './player.js';
+
+const $ = (id) => document.getElementById(id);
+const PARAGRAPH = 'Thanks for calling. I found your order, and it shipped this morning. It should arrive on Thursday between nine and noon. Is there anything else I can help you with today?';
+const params = new URLSearchParams(location.search);
+const wsUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`;
+let player = null;
+let sent = 0; // characters of the text box already sent in this turn
+let meterLevel = 0;
+
+async function connect() {
+  const voices = await (await fetch('v1/voices')).json();
+  for (const voice of voices.voices) $('voice').add(new Option(voice.id + (voice.dialect ? ` (${voice.dialect})` : ''), voice.id));
+  for (const language of voices.languages) $('language').add(new Option(language, language));
+  await restart();
+}
+
+async function restart() {
+  if (player) await player.close();
+  player = new VoicewirePlayer({ targetMs: Number(params.get('target') || 90) });
+  window.voicewire = player; // for the browser tests
+  await player.connect(wsUrl, { format: params.get('format') || 'auto', token: params.get('token') });
+  player.addEventListener('progress', ({ detail }) => { $('progress').textContent += detail.text; });
+  player.addEventListener('error', ({ detail }) => { $('status').textContent = `error: ${detail.code}`; });
+  player.addEventListener('rendered', ({ detail }) => {
+    let peak = 0;
+    for (const v of detail) peak = Math.max(peak, Math.abs(v));
+    meterLevel = Math.max(meterLevel * 0.9, peak);
+  });
+  player.tap(true);
+  await player.start({ speaker: $('voice').value || undefined, language: $('language').value || 'auto' });
+  $('status').textContent = `connected (${player.stats().codec})`;
+  newTurn();
+}
+
+function newTurn() { sent = 0; $('text').value = ''; $('progress').textContent = ''; }
+
+$('text').addEventListener('input', () => {
+  const text = $('text').value;
+  if (text.length < sent) { sent = text.length; return; } // edits behind the cursor are not unsaid
+  if (text.length > sent) { player.push(text.slice(sent)); sent = text.length; }
+});
+$('speak').addEventListener('click', () => player.end());
+$('stop').addEventListener('click', () => player.cancel());
+$('turn').addEventListener('click', () => { player.cancel(); newTurn(); });
+$('simulate').addEventListener('click', async () => {
+  newTurn();
+  for (const word of PARAGRAPH.split(/(?<= )/)) {
+    $('text').value += word;
+    sent = $('text').value.length;
+    player.push(word);
+    await new Promise((r) => setTimeout(r, 60));
+  }
+  player.end();
+});
+for (const id of ['voice', 'language']) $(id).addEventListener('change', restart);
+
+function draw() {
+  const canvas = $('meter');
+  const g = canvas.getContext('2d');
+  g.fillStyle = '#ffffff';
+  g.fillRect(0, 0, canvas.width, canvas.height);
+  g.fillStyle = '#2f6fed';
+  g.fillRect(0, 0, canvas.width * Math.min(1, meterLevel), canvas.height);
+  meterLevel *= 0.95;
+  if (player) {
+    const s = player.stats();
+    $('latency').textContent = s.latencyMs === null ? '–' : `${Math.round(s.latencyMs)} ms`;
+    $('buffer').textContent = `${Math.round(s.bufferMs)} ms`;
+    $('underruns').textContent = s.underruns;
+    $('bitrate').textContent = `${s.bitrateKbps.toFixed(0)} kbps`;
+    $('codec').textContent = s.codec;
+  }
+  requestAnimationFrame(draw);
+}
+requestAnimationFrame(draw);
+connect().catch((error) => { $('status').textContent = String(error); });
