@@ -30,7 +30,13 @@ async function restart() {
     meterLevel = Math.max(meterLevel * 0.9, peak);
   });
   player.tap(true);
-  await player.start({ speaker: $('voice').value || undefined, language: $('language').value || 'auto' });
+  // URL parameters for tests and debugging: greedy, maxFrames, bitrate.
+  const options = {
+    sampling: params.has('greedy') ? { greedy: true } : undefined,
+    maxFrames: params.has('maxFrames') ? Number(params.get('maxFrames')) : undefined,
+    bitrate: params.has('bitrate') ? Number(params.get('bitrate')) : undefined,
+  };
+  await player.start({ speaker: $('voice').value || undefined, language: $('language').value || 'auto' }, options);
   $('status').textContent = `connected (${player.stats().codec})`;
   newTurn();
 }

@@ -66,8 +66,8 @@ export class VoicewirePlayer extends EventTarget {
   }
 
   /** Configure the session (voice: {speaker, language, instruct}); resolves with `ready`. */
-  start(voice = {}, { sampling, buffering, maxFrames } = {}) {
-    const format = this.opus ? { encoding: 'opus', sample_rate: RATE } : { encoding: 'pcm_f32le', sample_rate: RATE };
+  start(voice = {}, { sampling, buffering, maxFrames, bitrate } = {}) {
+    const format = this.opus ? { encoding: 'opus', sample_rate: RATE, bitrate } : { encoding: 'pcm_f32le', sample_rate: RATE };
     const message = { type: 'start', voice, format, sampling, buffering, max_frames: maxFrames };
     return new Promise((resolve, reject) => {
       this.pending = { resolve, reject };

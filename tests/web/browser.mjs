@@ -15,9 +15,11 @@ try {
   page.on('pageerror', (e) => logs.push(`pageerror: ${e.message}`));
   const format = scenario === 'pcm' ? 'pcm' : 'auto';
   // A 250 ms start buffer: this 2-core CI machine runs the model, the server and the browser.
-  await page.goto(`${base}/?format=${format}&target=250`);
+  const extra = scenario === 'fidelity' ? '&greedy=1&maxFrames=24&bitrate=128000' : '';
+  await page.goto(`${base}/?format=${format}&target=250${extra}`);
   await page.waitForFunction(() => window.voicewire?.ready === true, null, { timeout: 30000 });
   result.codec = await page.evaluate(() => window.voicewire.stats().codec);
+  await page.evaluate((text) => { window.FIDELITY_TEXT = text; }, process.env.FIDELITY_TEXT || '');
   await page.evaluate(() => {
     const p = window.voicewire;
     window.seen = { firstAudioAt: null, rendered: [], done: null, underruns: [] };
@@ -45,6 +47,22 @@ try {
     result.done = seen.done;
     result.stats = seen.stats;
     await page.screenshot({ path: `${outDir}/demo-${scenario}.png`, fullPage: true });
+  } else if (scenario === 'fidelity') {
+    await page.evaluate(() => {
+      window.seen.samples = [];
+      window.voicewire.addEventListener('rendered', (e) => window.seen.samples.push(...e.detail));
+      window.voicewire.push(window.FIDELITY_TEXT);
+      window.voicewire.end();
+    });
+    await page.waitForFunction(() => window.seen.done !== null, null, { timeout: 60000 });
+    await page.waitForFunction(() => window.voicewire.stats().bufferMs === 0, null, { timeout: 30000 });
+    await page.waitForTimeout(300);
+    const seen = await page.evaluate(() => ({
+      samples: window.seen.samples, done: window.seen.done, voice: document.getElementById('voice').value,
+    }));
+    result.rendered = seen.samples;
+    result.done = seen.done;
+    result.voice = seen.voice;
   } else if (scenario === 'barge-in') {
     await page.evaluate(() => {
       const p = window.voicewire;

@@ -5,9 +5,12 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soxr
 
 from tests.server.conftest import running_server
+from voicewire.engine.model import SynthesisRequest
 from voicewire.server.config import ServerConfig
 
 HERE = Path(__file__).parent
@@ -20,7 +23,7 @@ def server(tiny_models):
         yield running
 
 
-def _browse(server, scenario: str) -> dict:
+def _browse(server, scenario: str, **env: str) -> dict:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         ["node", str(HERE / "browser.mjs"), server.http, scenario, str(ARTIFACTS)],
@@ -28,6 +31,7 @@ def _browse(server, scenario: str) -> dict:
         text=True,
         timeout=240,
         cwd=HERE,
+        env={**os.environ, **env},
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -42,6 +46,24 @@ def test_typing_streams_audio_before_the_text_is_finished(server) -> None:
     assert stats["played"] == done["samples"]  # every sample the server reported was rendered
     assert (ARTIFACTS / "demo-typing.png").stat().st_size > 10_000
     (ARTIFACTS / "latency.json").write_text(json.dumps({"latency_at_speaker_ms": stats["latencyMs"]}))
+
+
+def test_rendered_audio_is_the_servers_audio(server, tiny_models) -> None:
+    # A known waveform through the real Opus path: the engine's greedy audio for a fixed text.
+    text = "The quick brown fox jumps over the lazy dog."
+    seen = _browse(server, "fidelity", FIDELITY_TEXT=text)
+    rendered = np.asarray(seen["rendered"], dtype=np.float32)
+    assert rendered.shape[0] == seen["done"]["samples"] == 24 * 1920 * 2  # every sample, no more
+    request = SynthesisRequest(
+        text=text, speaker=seen["voice"], language="auto", layout="dual_track", greedy=True, max_frames=24
+    )
+    source = soxr.resample(tiny_models["custom_voice"].synthesize(request).audio, 24000, 48000)
+    lags = range(-960, 961, 8)
+    best = max(lags, key=lambda lag: np.dot(np.roll(rendered, lag), source))
+    aligned = np.roll(rendered, best)
+    correlation = float(np.corrcoef(aligned[2000:-2000], source[2000:-2000])[0, 1])
+    assert correlation >= 0.9, (correlation, best)
+    (ARTIFACTS / "fidelity.json").write_text(json.dumps({"correlation": correlation, "lag_samples": best}))
 
 
 def test_pcm_fallback_plays_too(server) -> None:
