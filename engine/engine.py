@@ -9,6 +9,7 @@ opened in.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import threading
@@ -64,7 +65,7 @@ class Engine:
         elif not isinstance(config, EngineConfig):
             config = EngineConfig.from_yaml(config, **overrides)
         elif overrides:
-            config = EngineConfig.from_dict({**config.__dict__, **overrides})
+            config = dataclasses.replace(config, **overrides)
         model = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)
         if model.is_builtin_tiny:
             log.warning(

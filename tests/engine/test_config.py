@@ -40,3 +40,13 @@ def test_bad_settings_are_named(tmp_path: Path) -> None:
     bad.write_text("- a list\n")
     with pytest.raises(InvalidOptions, match="expected a mapping with an 'engine:' section"):
         EngineConfig.from_yaml(bad)
+
+
+def test_from_config_takes_a_config_with_overrides() -> None:
+    from voicewire.engine import Engine
+
+    with Engine.from_config(
+        EngineConfig(kv_length=128, segments=SegmentPolicy(10, 20)), max_streams=2
+    ) as engine:
+        assert engine.config.max_streams == 2 and engine.config.kv_length == 128
+        assert engine.config.segments == SegmentPolicy(10, 20) and engine.used_slots == 0
