@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from voicewire.engine import ChunkSchedule, Engine, EngineError, SamplingParams, Stream, StreamOptions, Voice
+from voicewire.engine import Engine, EngineError, Stream
 from voicewire.engine.stream import SAMPLE_RATE
 from voicewire.server import protocol as p
 from voicewire.server.config import ServerConfig
-from voicewire.server.encoder import AudioEncoder, OutputFormat
+from voicewire.server.encoder import AudioEncoder
 from voicewire.server.errors import ProtocolError, from_engine
 from voicewire.server.metrics import Metrics
+from voicewire.server.settings import SessionSettings, settings_from_start
 from voicewire.server.wire import Codec
 
 log = logging.getLogger(__name__)
@@ -57,15 +58,6 @@ class Context:
     counted: bool = True  # still in the contexts gauge
 
 
-@dataclass
-class _Settings:
-    """What `start` fixed for every context of the session."""
-
-    voice: Voice
-    options: StreamOptions
-    format: OutputFormat
-
-
 class _SlowConsumer(Exception):
     pass
 
@@ -86,7 +78,7 @@ class Session:
         # Bounded twice: by messages, and by seconds of audio not yet written to the socket.
         self._outbox: asyncio.Queue[p.ServerMessage | None] = asyncio.Queue(maxsize=self.config.send_queue)
         self._queued_audio_s = 0.0
-        self._settings: _Settings | None = None
+        self._settings: SessionSettings | None = None
         self._fatal: ProtocolError | None = None
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
@@ -174,21 +166,9 @@ class Session:
             raise ProtocolError(
                 "already_started", "this session has started already; open a new socket to change it"
             )
-        fmt = OutputFormat.from_spec(message.format)
-        voice_spec = message.voice
-        try:
-            voice = self.engine.voice(
-                speaker=voice_spec.speaker,
-                language=voice_spec.language,
-                instruct=voice_spec.instruct,
-                speaker_embedding=voice_spec.speaker_embedding,
-            )
-            self.engine.check_voice(voice)
-            options = self._stream_options(message)
-        except EngineError as exc:
-            raise from_engine(exc, None) from None
-        self._settings = _Settings(voice, options, fmt)
+        self._settings = settings = settings_from_start(message, self.engine)
         self.state = SessionState.STARTED
+        fmt = settings.format
         self._emit(
             p.Ready(
                 session_id=self.id,
@@ -198,39 +178,6 @@ class Session:
                 codec_delay=AudioEncoder(fmt).codec_delay,
                 max_contexts=self.config.max_contexts,
             )
-        )
-
-    def _stream_options(self, message: p.Start) -> StreamOptions:
-        sampling, buffering = message.sampling, message.buffering
-        talker = None
-        if any(v is not None for v in (sampling.temperature, sampling.top_k, sampling.top_p)):
-            defaults = self.engine.model.generation_config
-            try:
-                talker = SamplingParams(
-                    temperature=float(sampling.temperature or defaults.get("temperature", 0.9)),
-                    top_k=sampling.top_k if sampling.top_k is not None else defaults.get("top_k", 50),
-                    top_p=float(sampling.top_p or defaults.get("top_p", 1.0)),
-                )
-            except ValueError as exc:
-                raise ProtocolError("invalid_options", str(exc)) from None
-        chunks = None
-        if buffering.first_chunk_frames is not None or buffering.chunk_frames is not None:
-            defaults_chunks = self.engine.config.chunks
-            chunks = ChunkSchedule(
-                first_frames=buffering.first_chunk_frames or defaults_chunks.first_frames,
-                frames=tuple(buffering.chunk_frames or defaults_chunks.frames),
-            )
-        return StreamOptions(
-            layout=message.layout,
-            greedy=sampling.greedy,
-            seed=sampling.seed,
-            talker=talker,
-            repetition_penalty=None
-            if sampling.repetition_penalty is None
-            else float(sampling.repetition_penalty),
-            max_frames=message.max_frames,
-            lookahead_tokens=buffering.lookahead_tokens,
-            chunks=chunks,
         )
 
     def _text(self, message: p.Text) -> None:

@@ -2,7 +2,7 @@
 // render quantum. Messages in: {type: 'push', samples, context}, {type: 'finish'},
 // {type: 'clear'} (barge-in: empty now), {type: 'tap', on} (copy rendered audio back, for
 // tests). Messages out, about every 50 ms: {type: 'stats', played, level, target, underruns,
-// firstFrame, context}; with the tap on, {type: 'rendered', samples}.
+// firstFrame, context, contextPlayed}; with the tap on, {type: 'rendered', samples}.
 import { JitterBuffer } from './jitter.js';
 
 class VoicewirePlayerProcessor extends AudioWorkletProcessor {
@@ -18,6 +18,7 @@ class VoicewirePlayerProcessor extends AudioWorkletProcessor {
     });
     this.context = null; // the context whose audio is queued
     this.firstFrame = null; // currentFrame when its first sample was rendered
+    this.contextPlayed = 0; // samples of that context rendered
     this.tap = false;
     this.sinceStats = 0;
     this.port.onmessage = ({ data }) => {
@@ -25,6 +26,7 @@ class VoicewirePlayerProcessor extends AudioWorkletProcessor {
         if (data.context !== this.context) {
           this.context = data.context;
           this.firstFrame = null;
+          this.contextPlayed = 0;
         }
         this.jitter.push(data.samples);
       } else if (data.type === 'finish') {
@@ -43,13 +45,15 @@ class VoicewirePlayerProcessor extends AudioWorkletProcessor {
     const j = this.jitter;
     this.port.postMessage({
       type: 'stats', played: j.played, level: j.level, target: j.target, underruns: j.underruns,
-      dropped: j.dropped, firstFrame: this.firstFrame, context: this.context, frame: currentFrame,
+      dropped: j.dropped, firstFrame: this.firstFrame, context: this.context, contextPlayed: this.contextPlayed,
+      frame: currentFrame,
     });
   }
 
   process(_, outputs) {
     const out = outputs[0][0];
     const taken = this.jitter.pull(out);
+    this.contextPlayed += taken;
     if (taken && this.firstFrame === null) {
       this.firstFrame = currentFrame;
       this.report();

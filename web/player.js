@@ -133,7 +133,10 @@ export class VoicewirePlayer extends EventTarget {
 
   openTurn(id) {
     this.context = id;
-    this.turnState = { id, firstPush: null, skip: this.codecDelay || 0, owed: 0, held: [], heard: false, ended: false };
+    this.turnState = {
+      id, firstPush: null, skip: this.codecDelay || 0, owed: 0, heard: false, ended: false,
+      underrunBase: this.worklet.underruns, // the server counts underruns per context
+    };
     this.node.port.postMessage({ type: 'clear' });
     if (this.opus) this.resetDecoder();
   }
@@ -235,6 +238,12 @@ export class VoicewirePlayer extends EventTarget {
 
   reportPlayback() {
     if (!this.context || this.ws.readyState !== WebSocket.OPEN || !this.ready) return;
-    this.send({ type: 'playback', context_id: this.context, played_samples: this.worklet.played, underruns: this.worklet.underruns });
+    if (this.worklet.context !== this.context) return; // nothing of this turn played yet
+    this.send({
+      type: 'playback',
+      context_id: this.context,
+      played_samples: this.worklet.contextPlayed,
+      underruns: this.worklet.underruns - this.turnState.underrunBase,
+    });
   }
 }

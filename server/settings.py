@@ -1,0 +1,69 @@
+"""What a `start` message fixes for every context of a session: the voice, the engine stream
+options and the output format, each checked against the loaded engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from voicewire.engine import ChunkSchedule, Engine, EngineError, SamplingParams, StreamOptions, Voice
+from voicewire.server import protocol as p
+from voicewire.server.encoder import OutputFormat
+from voicewire.server.errors import ProtocolError, from_engine
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    voice: Voice
+    options: StreamOptions
+    format: OutputFormat
+
+
+def settings_from_start(message: p.Start, engine: Engine) -> SessionSettings:
+    """Raises ProtocolError (invalid_format, invalid_voice, invalid_options)."""
+    fmt = OutputFormat.from_spec(message.format)
+    spec = message.voice
+    try:
+        voice = engine.voice(
+            speaker=spec.speaker,
+            language=spec.language,
+            instruct=spec.instruct,
+            speaker_embedding=spec.speaker_embedding,
+        )
+        engine.check_voice(voice)
+        options = _stream_options(message, engine)
+    except EngineError as exc:
+        raise from_engine(exc, None) from None
+    return SessionSettings(voice, options, fmt)
+
+
+def _stream_options(message: p.Start, engine: Engine) -> StreamOptions:
+    sampling, buffering = message.sampling, message.buffering
+    talker = None
+    if any(v is not None for v in (sampling.temperature, sampling.top_k, sampling.top_p)):
+        defaults = engine.model.generation_config
+        try:
+            talker = SamplingParams(
+                temperature=float(sampling.temperature or defaults.get("temperature", 0.9)),
+                top_k=sampling.top_k if sampling.top_k is not None else defaults.get("top_k", 50),
+                top_p=float(sampling.top_p or defaults.get("top_p", 1.0)),
+            )
+        except ValueError as exc:
+            raise ProtocolError("invalid_options", str(exc)) from None
+    chunks = None
+    if buffering.first_chunk_frames is not None or buffering.chunk_frames is not None:
+        default = engine.config.chunks
+        chunks = ChunkSchedule(
+            first_frames=buffering.first_chunk_frames or default.first_frames,
+            frames=tuple(buffering.chunk_frames or default.frames),
+        )
+    penalty = sampling.repetition_penalty
+    return StreamOptions(
+        layout=message.layout,
+        greedy=sampling.greedy,
+        seed=sampling.seed,
+        talker=talker,
+        repetition_penalty=None if penalty is None else float(penalty),
+        max_frames=message.max_frames,
+        lookahead_tokens=buffering.lookahead_tokens,
+        chunks=chunks,
+    )
