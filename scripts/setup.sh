@@ -8,14 +8,7 @@ torch_spec=${3:-torch==2.13.0}
 
 need_pkgs=()
 ldconfig -p 2>/dev/null | grep -q 'libopus\.so\.0' || need_pkgs+=(libopus0)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo_cmd="sudo"
-  if ! { $sudo_cmd apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_pkgs[@]}"; } >/dev/null; then
-    echo "setup: could not install ${need_pkgs[*]} with apt-get. Install it with your package manager (Debian/Ubuntu: apt-get install ${need_pkgs[*]}) and run again." >&2
-    exit 1
-  fi
-fi
+bash "$(dirname "$0")/apt_install.sh" "${need_pkgs[@]+"${need_pkgs[@]}"}"
 
 if [ ! -x "$venv/bin/python" ]; then
   "$python_bin" -m venv "$venv" || { echo "setup: '$python_bin -m venv' failed; install python3-venv." >&2; exit 1; }
