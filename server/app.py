@@ -162,3 +162,32 @@ async def _warm_up(engine: Engine) -> None:
     async for _ in stream:
         pass
     log.info("engine warm: %s", (await stream.wait()).reason)
+
+
+class BackgroundServer:
+    """uvicorn serving `app` on 127.0.0.1 (a free port) in a thread: for benchmarks and tests."""
+
+    def __init__(self, app: Starlette, host: str = "127.0.0.1") -> None:
+        import threading
+
+        import uvicorn
+
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=0, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, name="voicewire-uvicorn", daemon=True)
+        self.port = 0
+
+    def start(self, timeout: float = 60.0) -> int:
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        return self.port
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

@@ -1,4 +1,4 @@
-"""The `voicewire` command: serve, say (the client), synth (offline), bench-engine, make-checkpoint."""
+"""The `voicewire` command: serve, say (the client), synth (offline), bench, bench-engine, make-checkpoint."""
 
 from __future__ import annotations
 
@@ -176,6 +176,74 @@ def _say(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from voicewire.server.bench import bench_level, markdown, plot
+
+    levels = [int(n) for n in args.streams.split(",")]
+    server = engine = None
+    url = args.url
+    if url is None:  # serve in this process, on loopback
+        import torch
+
+        from voicewire.engine import Engine, EngineConfig
+        from voicewire.engine.tiny import random_checkpoint
+        from voicewire.server.app import BackgroundServer, create_app
+        from voicewire.server.config import ServerConfig
+
+        overrides = {"device": args.device, "dtype": args.dtype, "max_streams": max(levels)}
+        overrides["model"] = args.model or str(random_checkpoint("custom_voice", args.size))
+        if args.kv_length:
+            overrides["kv_length"] = args.kv_length
+        config = (
+            EngineConfig.from_yaml(args.config, **overrides)
+            if args.config
+            else EngineConfig.from_dict(overrides)
+        )
+        engine = Engine.from_config(config)
+        server_config = ServerConfig(max_sessions=max(levels) + 8, max_sessions_per_key=max(levels) + 8)
+        server = BackgroundServer(create_app(engine, server_config))
+        url = f"ws://127.0.0.1:{server.start()}"
+    try:
+        speaker = None
+        if engine is not None and engine.model.variant == "custom_voice":
+            speaker = sorted(engine.model.talker.cfg.speakers)[0]
+        results = [asyncio.run(bench_level(url, n, args.frames, args.text_rate, speaker)) for n in levels]
+        device = "remote"
+        if engine is not None:
+            device = str(engine.model.device)
+            if engine.model.device.type == "cuda":
+                device = f"{device} ({torch.cuda.get_device_name(engine.model.device)})"
+        report = {
+            "url": url,
+            "device": device,
+            "model": str(engine.model.folder) if engine is not None else "remote",
+            "frames_per_stream": args.frames,
+            "text_rate_words_per_s": args.text_rate,
+            "levels": results,
+        }
+        if engine is not None and engine.model.device.type == "cuda":
+            report["peak_gpu_memory_mb"] = round(
+                torch.cuda.max_memory_allocated(engine.model.device) / 2**20, 1
+            )
+    finally:
+        if server is not None:
+            server.stop()
+        if engine is not None:
+            engine.close()
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    if args.markdown:
+        args.markdown.write_text(markdown(report))
+    if args.plot:
+        plot(report, str(args.plot))
+    return 0
+
+
 def _bench_engine(args: argparse.Namespace) -> int:
     import asyncio
     import json
@@ -267,6 +335,32 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--out", type=Path, required=True, help="output WAV (24 kHz mono)")
     synth.add_argument("--codes-out", type=Path, help="write the codes as .npy, shape [frames, 16]")
     synth.set_defaults(func=_synth)
+
+    service = sub.add_parser(
+        "bench", help="concurrent WebSocket sessions against a server; JSON and Markdown"
+    )
+    service.add_argument(
+        "--url", help="a running server (ws://host:port); default: serve one in this process"
+    )
+    service.add_argument(
+        "--model", help="checkpoint for the in-process server (default: a random one of --size)"
+    )
+    service.add_argument("--size", default="tiny", choices=["tiny", "0.6b", "1.7b"])
+    service.add_argument("--config", type=Path, help="engine profile YAML for the in-process server")
+    service.add_argument(
+        "--streams", default="1,8", help="concurrency levels, comma-separated (e.g. 1,8,32,64,128,256)"
+    )
+    service.add_argument("--frames", type=int, default=50, help="forced frames per stream (80 ms each)")
+    service.add_argument(
+        "--text-rate", type=float, default=8.0, help="words per second per stream; 0 = all at once"
+    )
+    service.add_argument("--kv-length", type=int)
+    service.add_argument("--device", default="cpu")
+    service.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    service.add_argument("--out", type=Path, help="write the JSON report here")
+    service.add_argument("--markdown", type=Path, help="write the Markdown table here")
+    service.add_argument("--plot", type=Path, help="write a PNG of latency and throughput (needs matplotlib)")
+    service.set_defaults(func=_bench)
 
     bench = sub.add_parser(
         "bench-engine", help="N concurrent streams through the in-process engine; JSON report"

@@ -60,6 +60,7 @@ class Start(_Message):
     buffering: BufferingSpec = BufferingSpec()
     layout: Literal["dual_track", "non_streaming"] = "dual_track"
     max_frames: Annotated[StrictInt, Field(ge=1)] | None = None
+    suppress_eos: StrictBool = False  # benchmarks: ignore the model's end of speech (run to max_frames)
 
 
 class Text(_Message):

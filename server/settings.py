@@ -64,6 +64,7 @@ def _stream_options(message: p.Start, engine: Engine) -> StreamOptions:
         talker=talker,
         repetition_penalty=None if penalty is None else float(penalty),
         max_frames=message.max_frames,
+        suppress_eos=message.suppress_eos,
         lookahead_tokens=buffering.lookahead_tokens,
         chunks=chunks,
     )

@@ -1,0 +1,189 @@
+"""`voicewire bench`: the service benchmark. N concurrent WebSocket sessions against a real server,
+text at an LLM-like pace (or all at once), Opus back; measured at the client:
+
+- first audio latency (first text sent -> first audio message), p50/p95/p99;
+- speed against real time per stream (audio seconds / seconds from first text to `done`);
+- underruns of a simulated player that starts after 200 ms of audio and then plays in real time
+  (count and total gap);
+- cancel latency (cancel sent -> `cancelled`), on every fourth stream, after its first 0.4 s of audio;
+- aggregate audio seconds per wall second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import msgpack
+import numpy as np
+from websockets.asyncio.client import connect
+
+START_BUFFER_S = 0.2
+TEXT = (
+    "Thanks for calling. I found your order, and it shipped this morning. It should arrive on "
+    "Thursday between nine and noon. Is there anything else I can help you with today? "
+)
+
+
+@dataclass
+class _Run:
+    first_audio_s: float | None = None
+    arrivals: list[tuple[float, float]] = field(default_factory=list)  # (time, audio seconds)
+    done_s: float | None = None
+    audio_s: float = 0.0
+    cancel_s: float | None = None
+
+
+def _percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "p99": None, "max": None}
+    array = np.asarray(values, dtype=np.float64)
+    return {q: round(float(np.percentile(array, int(q[1:]))), 2) for q in ("p50", "p95", "p99")} | {
+        "max": round(float(array.max()), 2)
+    }
+
+
+def simulated_underruns(
+    arrivals: list[tuple[float, float]], start_buffer_s: float = START_BUFFER_S
+) -> tuple[int, float]:
+    """A player that starts once `start_buffer_s` of audio has arrived, then plays in real time,
+    waiting (an underrun) whenever the next audio has not arrived: (underruns, total gap in s)."""
+    buffered, clock, underruns, gap, started = 0.0, 0.0, 0, 0.0, False
+    for at, seconds in arrivals:
+        if not started:
+            buffered += seconds
+            if buffered >= start_buffer_s:
+                started, clock = True, at + buffered  # playback ends at `clock`
+            continue
+        if at > clock:  # the buffer ran dry before this audio came
+            underruns += 1
+            gap += at - clock
+            clock = at
+        clock += seconds
+    return underruns, round(gap, 3)
+
+
+async def _session(url: str, index: int, frames: int, rate: float, cancel: bool, speaker: str | None) -> _Run:
+    run = _Run()
+    async with connect(f"{url}/v1/stream", subprotocols=["voicewire.v1.msgpack"], max_size=2**22) as ws:
+        start = {
+            "type": "start",
+            "voice": {"speaker": speaker} if speaker else {},
+            "format": {"encoding": "opus", "sample_rate": 48000},
+            "sampling": {"seed": index},
+            "max_frames": frames,
+            "suppress_eos": True,
+        }
+        await ws.send(msgpack.packb(start))
+        ready = msgpack.unpackb(await ws.recv())
+        if ready["type"] != "ready":
+            raise RuntimeError(f"session {index}: {ready}")
+        rate_hz = ready["sample_rate"]
+        words = TEXT.split(" ")
+        pieces = [w + " " for w in words[:-1]] + [words[-1]] if rate > 0 else [TEXT]
+        began = time.perf_counter()
+
+        async def feed() -> None:
+            for i, piece in enumerate(pieces):
+                if rate > 0:
+                    await asyncio.sleep(max(0.0, began + i / rate - time.perf_counter()))
+                await ws.send(msgpack.packb({"type": "text", "context_id": "c", "text": piece}))
+            await ws.send(msgpack.packb({"type": "end", "context_id": "c"}))
+
+        feeder = asyncio.create_task(feed())
+        cancel_sent = None
+        async for frame in ws:
+            message = msgpack.unpackb(frame)
+            now = time.perf_counter() - began
+            kind = message["type"]
+            if kind == "audio":
+                run.first_audio_s = run.first_audio_s if run.first_audio_s is not None else now
+                seconds = message["samples"] / rate_hz
+                run.arrivals.append((now, seconds))
+                run.audio_s += seconds
+                if cancel and cancel_sent is None and run.audio_s >= 0.4:
+                    cancel_sent = now
+                    await ws.send(msgpack.packb({"type": "cancel", "context_id": "c"}))
+            elif kind == "done":
+                run.done_s = now
+                break
+            elif kind == "cancelled":
+                run.cancel_s = now - (cancel_sent or now)
+                run.done_s = now
+                break
+            elif kind == "error" and message.get("fatal"):
+                raise RuntimeError(f"session {index}: {message}")
+        feeder.cancel()
+    return run
+
+
+async def bench_level(url: str, streams: int, frames: int, rate: float, speaker: str | None) -> dict:
+    """One concurrency level; returns its report."""
+    began = time.perf_counter()
+    runs = await asyncio.gather(
+        *(_session(url, i, frames, rate, cancel=i % 4 == 3, speaker=speaker) for i in range(streams))
+    )
+    wall = time.perf_counter() - began
+    full = [r for i, r in enumerate(runs) if i % 4 != 3]  # streams that ran to the end
+    underruns = [simulated_underruns(r.arrivals) for r in full]
+    return {
+        "streams": streams,
+        "frames_per_stream": frames,
+        "text_rate_words_per_s": rate,
+        "first_audio_ms": _percentiles([r.first_audio_s * 1000 for r in runs if r.first_audio_s is not None]),
+        "speed_x_realtime": _percentiles([r.audio_s / r.done_s for r in full if r.done_s]),
+        "underruns": {
+            "streams_with_underruns": sum(1 for n, _ in underruns if n),
+            "total": sum(n for n, _ in underruns),
+            "total_gap_s": round(sum(g for _, g in underruns), 3),
+            "start_buffer_ms": START_BUFFER_S * 1000,
+        },
+        "cancel_ms": _percentiles([r.cancel_s * 1000 for r in runs if r.cancel_s is not None]),
+        "aggregate_audio_s_per_s": round(sum(r.audio_s for r in runs) / wall, 3),
+        "wall_s": round(wall, 3),
+    }
+
+
+def markdown(report: dict) -> str:
+    """The sweep as a Markdown table."""
+    lines = [
+        f"Device: {report['device']}; model: {report['model']}; text rate: {report['text_rate_words_per_s']} words/s; "
+        f"{report['frames_per_stream']} frames per stream.",
+        "",
+        "| streams | first audio p50 / p95 / p99 (ms) | speed × real time p50 | underruns (streams, gap s) | cancel p50 (ms) | audio-s/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for level in report["levels"]:
+        first, speed, under = level["first_audio_ms"], level["speed_x_realtime"], level["underruns"]
+        lines.append(
+            f"| {level['streams']} | {first['p50']} / {first['p95']} / {first['p99']} | {speed['p50']} | "
+            f"{under['streams_with_underruns']}, {under['total_gap_s']} | {level['cancel_ms']['p50']} | "
+            f"{level['aggregate_audio_s_per_s']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: str) -> None:
+    """Latency and throughput against concurrency (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = report["levels"]
+    n = [level["streams"] for level in levels]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for q in ("p50", "p95"):
+        left.plot(n, [level["first_audio_ms"][q] for level in levels], marker="o", label=f"first audio {q}")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("concurrent streams")
+    left.set_ylabel("ms")
+    left.legend()
+    right.plot(n, [level["aggregate_audio_s_per_s"] for level in levels], marker="o")
+    right.set_xscale("log", base=2)
+    right.set_xlabel("concurrent streams")
+    right.set_ylabel("audio seconds per second")
+    fig.suptitle(f"voicewire on {report['device']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
