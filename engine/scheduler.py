@@ -272,18 +272,17 @@ class Scheduler:
             return
         self.steps += 1
         self._progress = True
-        ok = [live for live in ready if bool(finite[live.slot])]
-        for live in ready:
-            if not bool(finite[live.slot]):
+        ok, ok_fed = [], []
+        for live, entry in zip(ready, fed, strict=True):
+            if bool(finite[live.slot]):
+                ok.append(live)
+                ok_fed.append(entry)
+            else:
                 self._fail(live, StreamFailed("the talker produced non-finite values for this stream"))
         if not ok:
             return
         rows = torch.tensor([live.slot for live in ok])
-        self.sink.frames(
-            [live.stream for live in ok],
-            frame.index_select(0, rows),
-            [entry for live, entry in zip(ready, fed, strict=True) if live in ok],
-        )
+        self.sink.frames([live.stream for live in ok], frame.index_select(0, rows), ok_fed)
         eos = self.parts.talker.cfg.codec_eos_id
         for live in ok:
             segment = live.segments.head

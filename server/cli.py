@@ -188,20 +188,11 @@ def _bench(args: argparse.Namespace) -> int:
     if url is None:  # serve in this process, on loopback
         import torch
 
-        from voicewire.engine import Engine, EngineConfig
-        from voicewire.engine.tiny import random_checkpoint
+        from voicewire.engine import Engine
         from voicewire.server.app import BackgroundServer, create_app
         from voicewire.server.config import ServerConfig
 
-        overrides = {"device": args.device, "dtype": args.dtype, "max_streams": max(levels)}
-        overrides["model"] = args.model or str(random_checkpoint("custom_voice", args.size))
-        if args.kv_length:
-            overrides["kv_length"] = args.kv_length
-        config = (
-            EngineConfig.from_yaml(args.config, **overrides)
-            if args.config
-            else EngineConfig.from_dict(overrides)
-        )
+        config = _bench_config(args, max(levels))
         engine = Engine.from_config(config)
         server_config = ServerConfig(max_sessions=max(levels) + 8, max_sessions_per_key=max(levels) + 8)
         server = BackgroundServer(create_app(engine, server_config))
@@ -249,19 +240,11 @@ def _bench_engine(args: argparse.Namespace) -> int:
     import json
 
     from voicewire.engine.bench import BenchSettings, run_bench
-    from voicewire.engine.config import EngineConfig
     from voicewire.engine.engine import Engine
     from voicewire.engine.model import Qwen3TTS
-    from voicewire.engine.tiny import random_checkpoint
 
-    overrides = {"device": args.device, "dtype": args.dtype, "max_streams": max(args.streams, 1)}
-    if args.kv_length:
-        overrides["kv_length"] = args.kv_length
-    config = (
-        EngineConfig.from_yaml(args.config, **overrides) if args.config else EngineConfig.from_dict(overrides)
-    )
-    model_ref = args.model or str(random_checkpoint(args.variant, args.size))
-    model = Qwen3TTS.load(model_ref, device=config.device, dtype=config.dtype)
+    config = _bench_config(args, max(args.streams, 1), args.variant)
+    model = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)
     settings = BenchSettings(streams=args.streams, frames=args.frames, text_rate=args.text_rate)
 
     async def bench() -> dict:
@@ -276,6 +259,36 @@ def _bench_engine(args: argparse.Namespace) -> int:
     if args.out:
         args.out.write_text(text + "\n")
     return 0
+
+
+def _add_bench_args(parser: argparse.ArgumentParser) -> None:
+    """The model and output options both benchmarks share."""
+    parser.add_argument(
+        "--model", help="checkpoint folder, repo id or 'tiny' (default: a random one of --size)"
+    )
+    parser.add_argument(
+        "--size", default="tiny", choices=["tiny", "0.6b", "1.7b"], help="random checkpoint size"
+    )
+    parser.add_argument("--config", type=Path, help="engine profile YAML (configs/*.yaml)")
+    parser.add_argument("--frames", type=int, default=50, help="forced frames per stream (80 ms each)")
+    parser.add_argument("--kv-length", type=int, help="talker KV positions per stream")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--out", type=Path, help="also write the JSON report here")
+
+
+def _bench_config(args: argparse.Namespace, max_streams: int, variant: str = "custom_voice"):
+    """The engine config for a benchmark: its profile and flags, and a random checkpoint by default."""
+    from voicewire.engine import EngineConfig
+    from voicewire.engine.tiny import random_checkpoint
+
+    overrides = {"device": args.device, "dtype": args.dtype, "max_streams": max_streams}
+    overrides["model"] = args.model or str(random_checkpoint(variant, args.size))
+    if args.kv_length:
+        overrides["kv_length"] = args.kv_length
+    return (
+        EngineConfig.from_yaml(args.config, **overrides) if args.config else EngineConfig.from_dict(overrides)
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -342,22 +355,13 @@ def build_parser() -> argparse.ArgumentParser:
     service.add_argument(
         "--url", help="a running server (ws://host:port); default: serve one in this process"
     )
+    _add_bench_args(service)
     service.add_argument(
-        "--model", help="checkpoint for the in-process server (default: a random one of --size)"
+        "--streams", default="1,8", help="concurrency levels, comma-separated (e.g. 1,8,32,64,256)"
     )
-    service.add_argument("--size", default="tiny", choices=["tiny", "0.6b", "1.7b"])
-    service.add_argument("--config", type=Path, help="engine profile YAML for the in-process server")
-    service.add_argument(
-        "--streams", default="1,8", help="concurrency levels, comma-separated (e.g. 1,8,32,64,128,256)"
-    )
-    service.add_argument("--frames", type=int, default=50, help="forced frames per stream (80 ms each)")
     service.add_argument(
         "--text-rate", type=float, default=8.0, help="words per second per stream; 0 = all at once"
     )
-    service.add_argument("--kv-length", type=int)
-    service.add_argument("--device", default="cpu")
-    service.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    service.add_argument("--out", type=Path, help="write the JSON report here")
     service.add_argument("--markdown", type=Path, help="write the Markdown table here")
     service.add_argument("--plot", type=Path, help="write a PNG of latency and throughput (needs matplotlib)")
     service.set_defaults(func=_bench)
@@ -365,24 +369,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser(
         "bench-engine", help="N concurrent streams through the in-process engine; JSON report"
     )
-    bench.add_argument(
-        "--model", help="checkpoint folder, repo id or 'tiny' (default: a random one of --size)"
-    )
-    bench.add_argument(
-        "--size", default="tiny", choices=["tiny", "0.6b", "1.7b"], help="random checkpoint size"
-    )
+    _add_bench_args(bench)
     bench.add_argument("--variant", default="custom_voice", choices=["base", "custom_voice", "voice_design"])
-    bench.add_argument("--config", type=Path, help="engine profile YAML (configs/*.yaml)")
     bench.add_argument("--streams", type=int, default=4, help="concurrent streams")
-    bench.add_argument("--frames", type=int, default=50, help="forced frames per stream (80 ms each)")
     bench.add_argument(
         "--text-rate", type=float, default=20.0, help="text tokens per second per stream; 0 = all at once"
     )
     bench.add_argument("--warmup", type=int, default=4, help="frames of a warm-up stream first (0: none)")
-    bench.add_argument("--kv-length", type=int, help="talker KV positions per stream")
-    bench.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    bench.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    bench.add_argument("--out", type=Path, help="also write the JSON report here")
     bench.set_defaults(func=_bench_engine)
 
     make = sub.add_parser("make-checkpoint", help="write a random checkpoint in the published layout")
