@@ -3,6 +3,7 @@
 import asyncio
 import json
 import random
+import time
 
 import numpy as np
 import pytest
@@ -196,8 +197,8 @@ def test_cancel_frees_everything_within_one_step(engine: Engine) -> None:
         assert result.reason == "cancelled" and result.end_step - step_at_cancel <= 1
         assert result.samples_generated >= result.samples_delivered >= 3 * 1920
     assert engine.live_streams == 0 and engine.used_slots == 0
-    deadline = asyncio.run(asyncio.sleep(0.2, result=None))
-    assert deadline is None and engine.decoder_stage.open_streams == 0
+    time.sleep(0.2)  # the decoder thread applies the drops it was sent
+    assert engine.decoder_stage.open_streams == 0
     with pytest.raises(StreamClosed, match="cancelled"):
         streams[0].push_text("more")
 

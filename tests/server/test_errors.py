@@ -1,7 +1,6 @@
 """Every malformed or out-of-order message gets its documented error code; other contexts go on."""
 
 import asyncio
-import json
 import re
 from pathlib import Path
 
@@ -202,4 +201,3 @@ def test_every_code_is_documented() -> None:
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", DOC.read_text(), flags=re.M))
     assert set(CODES) <= documented, sorted(set(CODES) - documented)
     assert {code for _, _, code, _ in MALFORMED} <= set(CODES)
-    json.dumps(sorted(documented))
