@@ -59,11 +59,14 @@ class CodePredictor(nn.Module):
         code0_embedding: Tensor,
         cache: KVCache,
         params: RowSampling,
-        generators: list[torch.Generator | None],
+        seed: Tensor,
+        counter: Tensor,
+        any_sampling: bool,
     ) -> Tensor:
         """[B, H] talker hidden + [B, H] code-0 embedding -> codes 1..15 [B, 15].
 
-        `cache` is this predictor's own KV cache (length 16), overwritten every frame.
+        `cache` is this predictor's own KV cache (length 16), overwritten every frame. Code k
+        draws with noise counter `counter + k` (see sampling.sample).
         """
         b = talker_hidden.shape[0]
         device = talker_hidden.device
@@ -72,7 +75,7 @@ class CodePredictor(nn.Module):
         hidden = self.model(x, positions, cache)[:, -1]
         codes = []
         for k in range(self.cfg.num_code_groups - 1):
-            code = sample(self.lm_head[k](hidden), params, generators)
+            code = sample(self.lm_head[k](hidden), params, seed, counter + k + 1, any_sampling)
             codes.append(code)
             if k == self.cfg.num_code_groups - 2:
                 break

@@ -1,13 +1,17 @@
 """The per-frame work for every stream slot at once: code predictor, talker step, next code 0.
 
 `FrameStepper` owns the static state of S stream slots (KV caches, last hidden state, pending
-code 0, repetition-penalty history, per-slot sampling settings and RNGs), allocated once. A step
-runs over the rows [0, n) with fixed shapes; rows not in `active` compute but change nothing that
-matters (their KV write lands at their own next position, or the last one, rewritten before read).
+code 0, repetition-penalty history, per-slot sampling settings and seeds), allocated once. A step
+runs over the rows [0, b) with fixed shapes, b being n rounded up to a batch bucket; rows not
+active compute but change nothing that matters (their KV write lands at their own next position,
+or the last one, rewritten before read). On CUDA each bucket's step is one captured CUDA graph:
+inputs and outputs live in static buffers, and a step costs one small copy in and one out.
 """
 
 from __future__ import annotations
 
+import logging
+import random
 from dataclasses import dataclass, field
 
 import torch
@@ -16,7 +20,11 @@ from torch import Tensor
 from voicewire.engine.sampling import RowSampling, SamplingParams, apply_repetition_penalty, mask_ids, sample
 from voicewire.engine.talker import Talker
 
+log = logging.getLogger(__name__)
+
 MIN_FRAMES = 2  # the official generate never ends before two frames
+# Batch sizes a step is padded to (then capped by the slot count); one CUDA graph each.
+BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 
 
 @dataclass(frozen=True)
@@ -65,15 +73,24 @@ class GenerationOptions:
 
 
 class FrameStepper:
-    """Talker + code predictor state for `slots` stream rows, allocated once."""
+    """Talker + code predictor state for `slots` stream rows, allocated once.
 
-    def __init__(self, talker: Talker, slots: int, kv_length: int) -> None:
+    `graphs`: capture each bucket's step as a CUDA graph (CUDA only). `pad`: round batches up to
+    the buckets even without graphs, so eager and graphed steps run the very same shapes.
+    """
+
+    def __init__(
+        self, talker: Talker, slots: int, kv_length: int, graphs: bool = False, pad: bool = False
+    ) -> None:
         cfg = talker.cfg
         self.talker = talker
         device = talker.codec_head.weight.device
         dtype = talker.codec_head.weight.dtype
+        if graphs and device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device, the talker is on {device}")
         self.slots = slots
         self.kv_length = kv_length
+        self.device = device
         self.cache = talker.model.new_cache(slots, kv_length)
         self.predictor_cache = talker.code_predictor.model.new_cache(
             slots, talker.code_predictor.cache_length
@@ -87,30 +104,43 @@ class FrameStepper:
         self.suppress_eos = torch.zeros(slots, dtype=torch.bool, device=device)
         self.talker_sampling = RowSampling.allocate(slots, device)
         self.predictor_sampling = RowSampling.allocate(slots, device)
-        self.generators: list[torch.Generator | None] = [None] * slots
+        # Noise keys: draw round r of a slot uses counters (r << 4) | codebook.
+        self.seed = torch.zeros(slots, dtype=torch.long, device=device)
+        self.rounds = torch.zeros(slots, dtype=torch.long, device=device)
+        self.samples = [False] * slots  # host copy: does the slot draw at all
         # Control ids (top 1024 of the codec vocab) never start a frame, except EOS when allowed.
         self.banned = torch.zeros(cfg.vocab_size, dtype=torch.bool, device=device)
         self.banned[cfg.vocab_size - 1024 :] = True
         self.banned[cfg.codec_eos_id] = False
         self.eos_only = torch.zeros_like(self.banned)
         self.eos_only[cfg.codec_eos_id] = True
-        self.device = device
+        # Static step buffers: inputs [S, 2] (active, text id), outputs [S, 18] (16 codes, next code 0, finite).
+        self.inputs = torch.zeros(slots, 2, dtype=torch.long, device=device)
+        self.outputs = torch.zeros(slots, cfg.num_code_groups + 2, dtype=torch.long, device=device)
+        self._host_inputs = torch.zeros(slots, 2, dtype=torch.long, pin_memory=device.type == "cuda")
+        self.buckets = sorted({min(b, slots) for b in BUCKETS}) if graphs or pad else None
+        self._graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if graphs else None
+        self._pool = None
 
-    def configure(self, slot: int, options: GenerationOptions, generator: torch.Generator | None) -> None:
-        """Give `slot` a stream's settings and RNG."""
+    def configure(self, slot: int, options: GenerationOptions, seed: int | None) -> None:
+        """Give `slot` a stream's settings and noise seed (None: a random one)."""
         self.talker_sampling.set(slot, options.talker)
         self.predictor_sampling.set(slot, options.predictor)
         self.penalty[slot] = options.repetition_penalty
         self.suppress_eos[slot] = options.suppress_eos
-        self.generators[slot] = generator
+        self.seed[slot] = random.getrandbits(63) if seed is None else seed & (2**63 - 1)
+        self.rounds[slot] = 0
+        self.samples[slot] = options.samples
 
-    def _first_code(self, logits: Tensor, lo: int, hi: int, active: Tensor, gens: list) -> Tensor:
+    def _first_code(self, logits: Tensor, lo: int, hi: int, active: Tensor, any_sampling: bool) -> Tensor:
         """Codebook-0 logits [n, V] of rows [lo, hi) -> code 0 [n], with penalty, suppression, min length."""
         logits = apply_repetition_penalty(logits, self.seen[lo:hi], self.penalty[lo:hi])
         logits = mask_ids(logits, self.banned)
         no_eos = self.suppress_eos[lo:hi] | (self.frames_done[lo:hi] < MIN_FRAMES)
         logits = mask_ids(logits, self.eos_only & no_eos[:, None])
-        code0 = sample(logits, self.talker_sampling.rows(lo, hi, active), gens)
+        params = self.talker_sampling.rows(lo, hi, active)
+        code0 = sample(logits, params, self.seed[lo:hi], self.rounds[lo:hi] << 4, any_sampling)
+        self.rounds[lo:hi] += active
         index = code0[:, None]
         seen = self.seen[lo:hi]
         seen.scatter_(1, index, seen.gather(1, index) | active[:, None])
@@ -129,34 +159,83 @@ class FrameStepper:
         self.frames_done[slot] = 0
         self.seen[slot] = False
         active = torch.ones(1, dtype=torch.bool, device=self.device)
-        self.code0[slot] = self._first_code(logits[:, -1], slot, slot + 1, active, [self.generators[slot]])[0]
+        self.code0[slot] = self._first_code(logits[:, -1], slot, slot + 1, active, self.samples[slot])[0]
 
-    def step(self, n: int, active: list[bool], text_rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """One frame for the active rows among [0, n), each fed its text-track row [n, H].
+    def step(self, n: int, active: list[bool], text_ids: list[int]) -> Tensor:
+        """One frame for the active rows among [0, n), each fed its text-track id.
 
-        Returns (frame codes [n, 16], next code 0 [n], finite [n] bool); inactive rows are garbage."""
+        Returns [n, 18] on the device: the frame's 16 codes, the next code 0, and whether the
+        row's logits were finite; inactive rows are garbage."""
+        b = n if self.buckets is None else next(b for b in self.buckets if b >= n)
+        host = self._host_inputs
+        host[:b] = 0
+        host[:n, 0] = torch.tensor(active, dtype=torch.long)
+        host[:n, 1] = torch.tensor(text_ids, dtype=torch.long)
+        self.inputs[:b].copy_(host[:b], non_blocking=True)
+        if self._graphs is not None:
+            self._graph(b).replay()
+        else:
+            self._compute(b, any(a and s for a, s in zip(active, self.samples, strict=False)))
+        return self.outputs[:n]
+
+    def capture(self) -> None:
+        """Capture every bucket's graph now (largest first, sharing one memory pool)."""
+        assert self._graphs is not None and self.buckets is not None
+        for b in reversed(self.buckets):
+            self._graph(b)
+
+    def _graph(self, b: int) -> torch.cuda.CUDAGraph:
+        graph = self._graphs.get(b) if self._graphs is not None else None
+        if graph is not None:
+            return graph
+        assert self._graphs is not None
+        # Warm-up runs execute for real: with every row inactive they change nothing that is read.
+        saved = self.inputs[:b].clone()
+        self.inputs[:b] = 0
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._compute(b, True)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: the decoder's thread keeps working on its own stream during capture.
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            self._compute(b, True)
+        self._pool = graph.pool()
+        self._graphs[b] = graph
+        self.inputs[:b] = saved
+        log.debug("captured the frame step for batch %d", b)
+        return graph
+
+    def _compute(self, b: int, any_sampling: bool) -> None:
+        """The step over rows [0, b), from `inputs` to `outputs` and the slot state: fixed shapes,
+        no host sync, so it can be captured."""
         talker = self.talker
-        mask = torch.tensor(active, dtype=torch.bool, device=self.device)
-        gens = [g if a else None for g, a in zip(self.generators[:n], active, strict=True)]
-        hidden, code0 = self.hidden[:n], self.code0[:n]
+        mask = self.inputs[:b, 0] != 0
+        text_rows = talker.embed_text(self.inputs[:b, 1])
+        hidden, code0 = self.hidden[:b], self.code0[:b]
         residual = talker.code_predictor.predict(
             hidden,
             talker.embed_codec(code0),
-            self.predictor_cache.rows(0, n),
-            self.predictor_sampling.rows(0, n, mask),
-            gens,
+            self.predictor_cache.rows(0, b),
+            self.predictor_sampling.rows(0, b, mask),
+            self.seed[:b],
+            self.rounds[:b] << 4,
+            any_sampling,
         )
         frame = torch.cat((code0[:, None], residual), dim=1)
         x = (talker.embed_frame(frame) + text_rows)[:, None]
         # A row that is not stepping may sit at kv_length (its sequence ended at the bound); its
         # throwaway write goes to the last slot instead, which nothing reads before rewriting.
-        positions = self.pos[:n].clamp(max=self.kv_length - 1)
-        new_hidden, logits = talker(x, positions[:, None], self.cache.rows(0, n))
+        positions = self.pos[:b].clamp(max=self.kv_length - 1)
+        new_hidden, logits = talker(x, positions[:, None], self.cache.rows(0, b))
         logits = logits[:, -1]
-        finite = torch.isfinite(logits).all(dim=-1)
-        self.hidden[:n] = torch.where(mask[:, None], new_hidden[:, -1], hidden)
-        self.pos[:n] += mask
-        self.frames_done[:n] += mask
-        next_code0 = self._first_code(logits, 0, n, mask, gens)
-        self.code0[:n] = torch.where(mask, next_code0, code0)
-        return frame, next_code0, finite
+        self.outputs[:b, -1] = torch.isfinite(logits).all(dim=-1)
+        self.hidden[:b] = torch.where(mask[:, None], new_hidden[:, -1], hidden)
+        self.pos[:b] += mask
+        self.frames_done[:b] += mask
+        next_code0 = self._first_code(logits, 0, b, mask, any_sampling)
+        self.code0[:b] = torch.where(mask, next_code0, code0)
+        self.outputs[:b, : frame.shape[1]] = frame
+        self.outputs[:b, -2] = next_code0

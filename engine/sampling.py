@@ -2,7 +2,9 @@
 
 Order follows transformers' logits processors: repetition penalty, suppressed ids and the
 minimum length (masking), then for sampling temperature, top-k, top-p, and a draw. Every row
-(stream slot) has its own parameters and its own RNG, so a row's draws never depend on its batch.
+(stream slot) has its own parameters. Draws use counter-based noise, a hash of the row's seed,
+a draw counter and the token id, instead of a stateful RNG: a row's draws never depend on its
+batch or device, and the whole draw is fixed-shape tensor work that a CUDA graph can capture.
 """
 
 from __future__ import annotations
@@ -105,20 +107,34 @@ def _filter(logits: Tensor, params: RowSampling) -> Tensor:
     return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
 
 
-def sample(logits: Tensor, params: RowSampling, generators: list[torch.Generator | None]) -> Tensor:
-    """logits [B, V] -> ids [B]. Row b draws from generators[b] where do_sample[b] and it has one;
-    every other row takes the argmax. The caller gives sampling rows their generators."""
+_MASK32 = 0xFFFFFFFF
+_GOLDEN = 0x9E3779B9  # spreads consecutive ids over the hash's input
+
+
+def _mix32(x: Tensor) -> Tensor:
+    """A 32-bit integer finalizer (xor-shift, multiply) on uint32 values held in int64."""
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & _MASK32
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & _MASK32
+    return (x >> 16) ^ x
+
+
+def uniform_noise(seed: Tensor, counter: Tensor, vocab: int) -> Tensor:
+    """Uniform (0, 1) noise [B, V], a pure function of each row's seed [B], counter [B] and token id."""
+    key = _mix32((seed & _MASK32) ^ _mix32(((seed >> 32) & _MASK32) ^ _mix32(counter & _MASK32)))
+    ids = torch.arange(vocab, device=seed.device, dtype=torch.long)
+    bits = _mix32((key[:, None] + ids * _GOLDEN) & _MASK32) >> 8  # 24 bits: exact in float32
+    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+
+
+def sample(
+    logits: Tensor, params: RowSampling, seed: Tensor, counter: Tensor, any_sampling: bool = True
+) -> Tensor:
+    """logits [B, V] -> ids [B]. Rows with do_sample draw with noise keyed by (seed, counter) [B];
+    the others take the argmax. `any_sampling=False` (a host-side hint) skips the draw entirely."""
     greedy = logits.argmax(dim=-1)
-    if all(g is None for g in generators):
+    if not any_sampling:
         return greedy
     probs = _filter(logits.float(), params).softmax(dim=-1)
-    # Exponential race (argmax of p / E, E ~ Exp(1)) is a categorical draw; each row uses its own RNG.
-    noise = torch.stack(
-        [
-            torch.empty(probs.shape[-1], device=probs.device).exponential_(generator=g)
-            if g is not None
-            else torch.ones(probs.shape[-1], device=probs.device)
-            for g, _ in zip(generators, range(probs.shape[0]), strict=True)
-        ]
-    )
-    return torch.where(params.do_sample, (probs / noise).argmax(dim=-1), greedy)
+    # Exponential race: argmax of p / E with E ~ Exp(1) is a draw from p.
+    race = probs / -torch.log(uniform_noise(seed, counter, probs.shape[-1]))
+    return torch.where(params.do_sample, race.argmax(dim=-1), greedy)

@@ -89,7 +89,10 @@ class Scheduler:
         self.config = config
         self.sink = sink
         self.max_ahead_samples = max_ahead_samples
-        self.stepper = FrameStepper(parts.talker, config.max_streams, config.kv_length)
+        graphs = config.cuda_graphs and parts.talker.codec_head.weight.device.type == "cuda"
+        self.stepper = FrameStepper(parts.talker, config.max_streams, config.kv_length, graphs=graphs)
+        if graphs:
+            self.stepper.capture()
         self.steps = 0
         self._free = list(range(config.max_streams))
         self._live: list[_Live] = []
@@ -163,12 +166,7 @@ class Scheduler:
             self._fail(live, exc)
             return
         live.segments.ref_ids = live.voice.ref_ids
-        generator = None
-        if live.options.samples:
-            seed = live.stream.options.seed
-            generator = torch.Generator(device=self.stepper.device)
-            generator.manual_seed(seed if seed is not None else torch.seed())
-        self.stepper.configure(live.slot, live.options, generator)
+        self.stepper.configure(live.slot, live.options, live.stream.options.seed)
         self.sink.open(live.stream, live.stream.voice.ref_codes)
 
     def _drain(self, live: _Live) -> None:
@@ -262,9 +260,8 @@ class Scheduler:
             fed.append(TrackEntry(next_id[0], tokens))
             live.prefilled_tokens = []
         try:
-            text_rows = self.parts.talker.embed_text(torch.tensor(ids, device=self.stepper.device))
-            frame, code0, finite = self.stepper.step(n, active, text_rows)
-            frame, code0, finite = frame.cpu(), code0.cpu(), finite.cpu()  # the one host sync per step
+            out = self.stepper.step(n, active, ids).cpu()  # the one host sync per step
+            frame, code0, finite = out[:, :-2], out[:, -2], out[:, -1]
         except Exception as exc:
             log.exception("batched step failed for %d streams", len(ready))
             for live in ready:

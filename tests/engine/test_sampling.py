@@ -2,11 +2,27 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from voicewire.engine.sampling import RowSampling, SamplingParams, apply_repetition_penalty, mask_ids, sample
+from voicewire.engine.sampling import (
+    RowSampling,
+    SamplingParams,
+    apply_repetition_penalty,
+    mask_ids,
+    sample,
+    uniform_noise,
+)
 
 
 def _rows(params: SamplingParams, batch: int = 1) -> RowSampling:
     return RowSampling.uniform(params, batch)
+
+
+def _keys(*seeds: int) -> torch.Tensor:
+    return torch.tensor(seeds, dtype=torch.long)
+
+
+def _draws(logits: torch.Tensor, params: RowSampling, seeds: torch.Tensor, n: int) -> torch.Tensor:
+    """n draws per row with counters 0..n-1 -> [n, B]."""
+    return torch.stack([sample(logits, params, seeds, torch.full_like(seeds, c)) for c in range(n)])
 
 
 def test_repetition_penalty_divides_positive_and_multiplies_negative() -> None:
@@ -21,34 +37,44 @@ def test_mask_ids_sets_minus_inf() -> None:
     assert torch.isinf(out[:, 1]).all() and (out[:, [0, 2]] == 0).all()
 
 
-def test_greedy_is_argmax() -> None:
+def test_greedy_is_argmax_with_or_without_the_draw() -> None:
     logits = torch.tensor([[0.1, 3.0, 2.0], [5.0, -1.0, 4.9]])
-    assert sample(logits, _rows(SamplingParams(do_sample=False), 2), [None, None]).tolist() == [1, 0]
+    params = _rows(SamplingParams(do_sample=False), 2)
+    keys = _keys(1, 2)
+    assert sample(logits, params, keys, keys, any_sampling=False).tolist() == [1, 0]
+    assert sample(logits, params, keys, keys, any_sampling=True).tolist() == [1, 0]
+
+
+def test_noise_is_uniform_and_keyed() -> None:
+    u = uniform_noise(_keys(5, 5, 6), _keys(0, 1, 0), 50_000)
+    assert u.shape == (3, 50_000) and u.dtype == torch.float32
+    assert float(u.min()) > 0 and float(u.max()) < 1
+    for row in u:
+        assert abs(float(row.mean()) - 0.5) < 0.01 and abs(float(row.var()) - 1 / 12) < 0.005
+    # Any change of seed or counter gives unrelated noise; the same key gives the same noise.
+    assert abs(float(torch.corrcoef(u)[0, 1])) < 0.02 and abs(float(torch.corrcoef(u)[0, 2])) < 0.02
+    assert torch.equal(uniform_noise(_keys(5), _keys(1), 50_000)[0], u[1])
+    # Negative and 63-bit seeds are fine.
+    assert uniform_noise(_keys(-3, 2**63 - 1), _keys(0, 2**40), 8).isfinite().all()
 
 
 def test_top_k_keeps_only_k_best() -> None:
     logits = torch.arange(10.0)[None]
     params = _rows(SamplingParams(temperature=1.0, top_k=3))
-    gens = [torch.Generator().manual_seed(0)]
-    draws = {int(sample(logits, params, gens)) for _ in range(200)}
-    assert draws == {7, 8, 9}
+    assert set(_draws(logits, params, _keys(0), 200).flatten().tolist()) == {7, 8, 9}
 
 
 def test_top_p_keeps_smallest_set_over_p() -> None:
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
     params = _rows(SamplingParams(temperature=1.0, top_k=0, top_p=0.7))
-    gens = [torch.Generator().manual_seed(1)]
-    draws = {int(sample(probs.log(), params, gens)) for _ in range(300)}
-    assert draws == {0, 1}
+    assert set(_draws(probs.log(), params, _keys(1), 300).flatten().tolist()) == {0, 1}
 
 
 def test_draws_follow_the_distribution() -> None:
     probs = torch.tensor([0.6, 0.3, 0.1])
     params = _rows(SamplingParams(temperature=1.0, top_k=0))
-    gen = torch.Generator().manual_seed(3)
-    counts = torch.zeros(3)
-    for _ in range(3000):
-        counts[sample(probs.log()[None], params, [gen])] += 1
+    draws = _draws(probs.log()[None], params, _keys(3), 4000).flatten()
+    counts = torch.bincount(draws, minlength=3).float()
     assert torch.allclose(counts / counts.sum(), probs, atol=0.03)
 
 
@@ -59,12 +85,17 @@ def test_each_row_is_reproducible_from_its_own_seed(seed: int, rows: int) -> Non
     params = _rows(SamplingParams(), rows)
 
     def draw(order: list[int]) -> list[int]:
-        gens = [torch.Generator().manual_seed(seed + r) for r in order]
-        return sample(logits[order], params, gens).tolist()
+        seeds = torch.tensor([seed + r for r in order])
+        return sample(logits[order], params, seeds, seeds * 7).tolist()
 
     forward = draw(list(range(rows)))
     backward = draw(list(reversed(range(rows))))
     assert forward == list(reversed(backward))
+    alone = [
+        sample(logits[r : r + 1], _rows(SamplingParams()), _keys(seed + r), _keys((seed + r) * 7))
+        for r in range(rows)
+    ]
+    assert forward == [int(a) for a in alone]
 
 
 def test_invalid_params_are_rejected() -> None:
@@ -89,20 +120,14 @@ def test_per_row_penalty_and_parameters() -> None:
     rows.set(2, SamplingParams(temperature=1.0, top_k=0, top_p=0.5))
     logits = torch.tensor([[0.0, 1.0, 2.0, 3.0]]).log_softmax(-1).expand(3, 4).contiguous()
     logits[2] = torch.tensor([0.6, 0.2, 0.1, 0.1]).log()
-    gens = [None, torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)]
-    draws = [set(), set(), set()]
-    for _ in range(300):
-        for b, token in enumerate(sample(logits, rows, gens).tolist()):
-            draws[b].add(token)
-    assert draws == [{3}, {2, 3}, {0}]
+    draws = _draws(logits, rows, _keys(0, 1, 2), 300)
+    assert [set(draws[:, b].tolist()) for b in range(3)] == [{3}, {2, 3}, {0}]
 
 
-def test_inactive_rows_draw_nothing() -> None:
+def test_inactive_rows_take_the_argmax() -> None:
     rows = RowSampling.uniform(SamplingParams(temperature=1.0, top_k=0), 2)
-    logits = torch.zeros(2, 16)
-    gen = torch.Generator().manual_seed(9)
-    before = gen.get_state()
     active = torch.tensor([True, False])
-    sample(logits, rows.rows(0, 2, active), [torch.Generator().manual_seed(1), None])
-    assert torch.equal(gen.get_state(), before)
     assert rows.rows(0, 2, active).do_sample.tolist() == [True, False]
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 9.0, 0.0]])
+    draws = _draws(logits, rows.rows(0, 2, active), _keys(4, 4), 100)
+    assert len(set(draws[:, 0].tolist())) > 1 and set(draws[:, 1].tolist()) == {2}

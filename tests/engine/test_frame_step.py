@@ -1,0 +1,83 @@
+"""The batched frame step: bucket padding, counter-keyed draws, and (on CUDA) graphs vs eager."""
+
+import pytest
+import torch
+
+from voicewire.engine.frame_step import FrameStepper, GenerationOptions
+from voicewire.engine.model import Qwen3TTS
+
+SLOTS = 5  # buckets 1, 2, 4, 5: three streams step padded to four
+
+
+def _options(model: Qwen3TTS, greedy: bool) -> GenerationOptions:
+    return GenerationOptions.from_generation_config(model.generation_config, greedy=greedy, suppress_eos=True)
+
+
+def _run(model: Qwen3TTS, stepper: FrameStepper, greedy: list[bool], steps: int = 6) -> list[torch.Tensor]:
+    """Prefill a slot per entry of `greedy`, then step with a changing set of active rows."""
+    talker = model.talker
+    device = stepper.device
+    gen = torch.Generator().manual_seed(11)
+    with torch.inference_mode():
+        for slot, g in enumerate(greedy):
+            stepper.configure(slot, _options(model, g), seed=100 + slot)
+            prompt = torch.randn(6 + slot, talker.cfg.decoder.hidden_size, generator=gen).to(
+                device, talker.codec_head.weight.dtype
+            )
+            stepper.prefill(slot, prompt, 0)
+        outs = []
+        n = len(greedy)
+        for step in range(steps):
+            active = [(step + slot) % 3 != 0 for slot in range(n)]
+            ids = [(7 * step + slot) % talker.cfg.text_vocab_size for slot in range(n)]
+            out = stepper.step(n, active, ids).cpu()
+            outs.append(out[[slot for slot in range(n) if active[slot]]])
+    return outs
+
+
+@pytest.fixture(scope="module")
+def model(tiny_models) -> Qwen3TTS:
+    return tiny_models["custom_voice"]
+
+
+@pytest.mark.parametrize("greedy", [[True, True, True], [False, True, False]])
+def test_padding_to_a_bucket_changes_nothing(model: Qwen3TTS, greedy: list[bool]) -> None:
+    plain = _run(model, FrameStepper(model.talker, SLOTS, 64), greedy)
+    padded_stepper = FrameStepper(model.talker, SLOTS, 64, pad=True)
+    assert padded_stepper.buckets == [1, 2, 4, 5]
+    padded = _run(model, padded_stepper, greedy)
+    for a, b in zip(plain, padded, strict=True):
+        assert torch.equal(a, b)
+    assert plain[0].shape[1] == 18 and (plain[-1][:, -1] == 1).all()  # 16 codes, next code 0, finite
+
+
+def test_sampled_rows_depend_on_their_seed_only(model: Qwen3TTS) -> None:
+    """A sampling stream draws the same codes whatever shares its batch."""
+    both = _run(model, FrameStepper(model.talker, SLOTS, 64), [False, False, True])
+    alone = _run(model, FrameStepper(model.talker, SLOTS, 64), [False])
+    # Slot 0 is active at steps 1, 2, 4, 5 in both runs (active = (step + slot) % 3 != 0).
+    compared = 0
+    for a, b in zip(alone, both, strict=True):
+        if len(a):
+            assert torch.equal(a[0], b[0])
+            compared += 1
+    assert compared == 4
+    assert len({tuple(out[0, :16].tolist()) for out in alone if len(out)}) == 4
+
+
+def test_graphs_need_cuda(model: Qwen3TTS) -> None:
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        FrameStepper(model.talker, SLOTS, 64, graphs=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_graphed_steps_equal_eager_steps_on_cuda(tiny_checkpoints, dtype: str) -> None:
+    model = Qwen3TTS.load(tiny_checkpoints["custom_voice"], device="cuda", dtype=dtype)
+    for greedy in ([True, True, True], [False, True, False]):
+        eager = _run(model, FrameStepper(model.talker, SLOTS, 64, pad=True), greedy, steps=40)
+        graphed_stepper = FrameStepper(model.talker, SLOTS, 64, graphs=True)
+        graphed_stepper.capture()
+        graphed = _run(model, graphed_stepper, greedy, steps=40)
+        for a, b in zip(eager, graphed, strict=True):
+            assert torch.equal(a, b)
