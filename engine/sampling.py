@@ -122,8 +122,13 @@ def uniform_noise(seed: Tensor, counter: Tensor, vocab: int) -> Tensor:
     """Uniform (0, 1) noise [B, V], a pure function of each row's seed [B], counter [B] and token id."""
     key = _mix32((seed & _MASK32) ^ _mix32(((seed >> 32) & _MASK32) ^ _mix32(counter & _MASK32)))
     ids = torch.arange(vocab, device=seed.device, dtype=torch.long)
-    bits = _mix32((key[:, None] + ids * _GOLDEN) & _MASK32) >> 8  # 24 bits: exact in float32
-    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    return unit_interval(_mix32((key[:, None] + ids * _GOLDEN) & _MASK32) >> 9)
+
+
+def unit_interval(bits: Tensor) -> Tensor:
+    """23-bit integers -> float32 strictly inside (0, 1). With 24 bits, (2**24 - 1) + 0.5 rounds up
+    to 2**24 in float32: a noise of exactly 1, a zero exponential, and 0/0 for masked ids."""
+    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 23))
 
 
 def sample(

@@ -9,6 +9,7 @@ from voicewire.engine.sampling import (
     mask_ids,
     sample,
     uniform_noise,
+    unit_interval,
 )
 
 
@@ -56,6 +57,13 @@ def test_noise_is_uniform_and_keyed() -> None:
     assert torch.equal(uniform_noise(_keys(5), _keys(1), 50_000)[0], u[1])
     # Negative and 63-bit seeds are fine.
     assert uniform_noise(_keys(-3, 2**63 - 1), _keys(0, 2**40), 8).isfinite().all()
+
+
+def test_noise_never_reaches_zero_or_one() -> None:
+    # The extremes of the hash's bits map strictly inside (0, 1) in float32: a draw never divides by 0.
+    ends = unit_interval(torch.tensor([0, 1, 2**23 - 2, 2**23 - 1]))
+    assert float(ends.min()) > 0 and float(ends.max()) < 1
+    assert len(set(ends.tolist())) == 4
 
 
 def test_top_k_keeps_only_k_best() -> None:
