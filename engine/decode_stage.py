@@ -108,9 +108,11 @@ class DecoderStage:
     # --- the decoder's thread -------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Decode until `stop` is set; on CUDA, on a stream of its own so it overlaps the talker."""
+        """Decode until `stop` is set. On CUDA it runs on a stream of its own, at high priority: its
+        kernels go first when they meet the talker's, so chunks are not held behind whole frames."""
         on_cuda = self.device.type == "cuda"
-        with torch.cuda.stream(torch.cuda.Stream(self.device)) if on_cuda else contextlib.nullcontext():
+        stream = torch.cuda.Stream(self.device, priority=-1) if on_cuda else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             while not stop.is_set():
                 try:
                     message = self._inbox.get(timeout=0.05)

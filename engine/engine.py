@@ -9,12 +9,15 @@ opened in.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import logging
 import threading
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.decode_stage import DecoderStage
@@ -132,11 +135,15 @@ class Engine:
         self._wake_event.set()
 
     def _run_scheduler(self) -> None:
+        device = self.model.device
+        # Not the legacy default stream: work queued there blocks the decoder's stream until it drains.
+        own_stream = torch.cuda.stream(torch.cuda.Stream(device)) if device.type == "cuda" else None
         try:
-            while not self._stop.is_set():
-                self._wake_event.clear()
-                if not self.scheduler.step():
-                    self._wake_event.wait(IDLE_WAIT_S)
+            with own_stream or contextlib.nullcontext():
+                while not self._stop.is_set():
+                    self._wake_event.clear()
+                    if not self.scheduler.step():
+                        self._wake_event.wait(IDLE_WAIT_S)
         except BaseException as exc:  # a bug, not a stream's fault: keep it for open_stream to report
             log.exception("the scheduler stopped")
             self._error = exc

@@ -40,18 +40,25 @@ class DecoderConfig:
 
 @dataclass
 class KVCache:
-    """Keys and values for every layer, allocated once: [layers, B, kv_heads, L, d]."""
+    """Keys and values for every layer, allocated once: [layers, B, kv_heads, L, d], with the RoPE
+    cos/sin of every cache position [L, d] (float32), looked up per step instead of recomputed."""
 
     k: Tensor
     v: Tensor
+    cos: Tensor
+    sin: Tensor
 
     @classmethod
     def allocate(
         cls, cfg: DecoderConfig, batch: int, length: int, device: torch.device, dtype: torch.dtype
     ) -> KVCache:
         shape = (cfg.num_layers, batch, cfg.num_kv_heads, length, cfg.head_dim)
+        cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, torch.arange(length, device=device))
         return cls(
-            torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype)
+            torch.zeros(shape, device=device, dtype=dtype),
+            torch.zeros(shape, device=device, dtype=dtype),
+            cos,
+            sin,
         )
 
     @property
@@ -60,7 +67,7 @@ class KVCache:
 
     def rows(self, start: int, stop: int) -> KVCache:
         """A view on rows [start, stop): writes through it land in this cache."""
-        return KVCache(self.k[:, start:stop], self.v[:, start:stop])
+        return KVCache(self.k[:, start:stop], self.v[:, start:stop], self.cos, self.sin)
 
 
 def rope_tables(head_dim: int, theta: float, positions: Tensor) -> tuple[Tensor, Tensor]:
@@ -87,10 +94,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        dtype = x.dtype
-        x32 = x.to(torch.float32)
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        # Normalized in float32, cast back, then scaled: Qwen's order. F.rms_norm is one fused kernel.
+        normed = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=self.eps)
+        return self.weight * normed.to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -125,8 +131,21 @@ class Attention(nn.Module):
         index = positions[:, None, :, None].expand(b, k.shape[1], t, d)
         k_cache.scatter_(2, index, k)
         v_cache.scatter_(2, index, v)
-        out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask[:, None], enable_gqa=True)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+        return self.o_proj(grouped_attention(q, k_cache, v_cache, mask).transpose(1, 2).reshape(b, t, -1))
+
+
+def grouped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """GQA without copying keys: q [B, h, T, d] over k/v [B, kv, L, d] with mask [B, T, L] -> [B, h, T, d].
+
+    The g = h / kv query heads of a key head become g x T query rows of that head, so attention
+    runs on the cache as it is (SDPA's enable_gqa falls back to repeating the whole cache)."""
+    b, h, t, d = q.shape
+    kv = k.shape[1]
+    g = h // kv
+    rows = q.reshape(b, kv, g * t, d)
+    mask = mask[:, None, None].expand(b, 1, g, t, mask.shape[-1]).reshape(b, 1, g * t, -1)
+    out = F.scaled_dot_product_attention(rows, k, v, attn_mask=mask)
+    return out.view(b, h, t, d)
 
 
 class MLP(nn.Module):
@@ -190,7 +209,7 @@ class DecoderStack(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
         """x [B, T, H] at positions [B, T] -> normed hidden states [B, T, H]."""
-        cos, sin = rope_tables(self.cfg.head_dim, self.cfg.rope_theta, positions)
+        cos, sin = cache.cos[positions], cache.sin[positions]
         # Causal by position: a query sees cache slots at or before its own position.
         slots = torch.arange(cache.length, device=x.device)
         mask = slots[None, None, :] <= positions[:, :, None]

@@ -132,6 +132,11 @@ class Scheduler:
         self._progress = False
         with self._lock:
             incoming, self._incoming = self._incoming, []
+        if incoming and self.stepper.device.type == "cuda":
+            # Voices were made on the callers' default stream; this thread may run on its own.
+            torch.cuda.current_stream(self.stepper.device).wait_stream(
+                torch.cuda.default_stream(self.stepper.device)
+            )
         for live in incoming:
             self._admit(live)
         for live in list(self._live):
