@@ -23,6 +23,7 @@ from torch import Tensor
 
 from voicewire.engine.codec_decoder import CodecDecoder
 from voicewire.engine.config import ChunkSchedule
+from voicewire.engine.decoder_batch import BatchedDecoder
 from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.segments import TrackEntry
 from voicewire.engine.stream import SAMPLES_PER_FRAME, AudioChunk, Stream, StreamResult
@@ -68,11 +69,13 @@ class _Decoding:
 
 
 class DecoderStage:
-    def __init__(self, decoder: CodecDecoder, slots: int, chunks: ChunkSchedule) -> None:
-        weight = decoder.pre_conv.conv.weight
-        self.decoder = decoder
-        self.device = weight.device
-        self.state = decoder.new_state(slots, weight.device, weight.dtype)
+    def __init__(
+        self, decoder: CodecDecoder, slots: int, chunks: ChunkSchedule, graphs: bool = False
+    ) -> None:
+        self.batch = BatchedDecoder(decoder, slots, graphs=graphs)
+        if graphs:
+            self.batch.capture()
+        self.device = self.batch.device
         self.chunks = chunks
         self._free = list(range(slots))
         self._streams: dict[int, _Decoding] = {}
@@ -139,11 +142,10 @@ class DecoderStage:
             stream, warmup = args
             row = heapq.heappop(self._free)
             self._streams[stream.id] = _Decoding(stream, row, stream.options.chunks or self.chunks)
-            rows = torch.zeros(self.state.pos.shape[0], dtype=torch.bool, device=self.device)
-            rows[row] = True
-            self.state.reset(rows)
+            self.batch.reset(row)
             if warmup is not None:
-                self._warm_up(row, warmup)
+                # In-context cloning: the audio continues the reference, so decoding starts from its codes.
+                self.batch.decode([row], warmup[None])
         elif kind == "frames":
             streams, codes, fed = args
             for i, (stream, entry) in enumerate(zip(streams, fed, strict=True)):
@@ -168,14 +170,6 @@ class DecoderStage:
                 StreamResult(reason, frames, frames * SAMPLES_PER_FRAME, delivered, end_step, error)
             )
 
-    @torch.inference_mode()
-    def _warm_up(self, row: int, codes: Tensor) -> None:
-        # In-context cloning: the audio continues the reference, so the decoder starts from its codes.
-        rows = torch.tensor([row], device=self.device)
-        part = self.state.select(rows)
-        self.decoder.decode_step(codes[None].to(self.device), part)
-        self.state.assign(rows, part)
-
     def _decode_due(self) -> bool:
         """Decode one round of due chunks, then deliver marks; returns whether anything happened."""
         groups: dict[int, list[_Decoding]] = {}
@@ -195,12 +189,8 @@ class DecoderStage:
     def _decode(self, n: int, group: list[_Decoding]) -> None:
         frames = [[decoding.queue.popleft() for _ in range(n)] for decoding in group]
         try:
-            rows = torch.tensor([d.row for d in group], device=self.device)
-            codes = torch.stack([torch.stack([f.codes for f in fs]) for fs in frames]).to(self.device)
-            part = self.state.select(rows)
-            audio = self.decoder.decode_step(codes, part)
-            self.state.assign(rows, part)
-            pcm = audio.float().cpu().numpy()
+            codes = torch.stack([torch.stack([f.codes for f in fs]) for fs in frames])
+            pcm = self.batch.decode([d.row for d in group], codes).numpy()
         except Exception as exc:
             log.exception("decoding failed for %d streams", len(group))
             for decoding in group:

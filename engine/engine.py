@@ -39,7 +39,8 @@ class Engine:
     def __init__(self, model: Qwen3TTS, config: EngineConfig | None = None) -> None:
         self.model = model
         self.config = config or EngineConfig()
-        self.decoder_stage = DecoderStage(model.decoder, self.config.max_streams, self.config.chunks)
+        graphs = self.config.cuda_graphs and model.device.type == "cuda"
+        self.decoder_stage = DecoderStage(model.decoder, self.config.max_streams, self.config.chunks, graphs)
         self.scheduler = Scheduler(
             model.parts(),
             self.config,

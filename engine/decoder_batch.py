@@ -1,0 +1,131 @@
+"""The codec decoder's incremental step over a group of stream rows, graphed on CUDA.
+
+`BatchedDecoder` owns every stream's decoder context (one row per slot, plus a scratch row) and
+decodes a group of rows together: select their context, decode, write it back. On CUDA each
+(batch bucket, frame count) shape is one captured graph: a group is padded to its bucket with the
+scratch row, and a frame count not in `GRAPH_FRAMES` is cut into ones that are. The decoder is
+causal and carries its context, so any cut gives the samples of one whole decode.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import Tensor
+
+from voicewire.engine.codec_decoder import CodecDecoder
+
+log = logging.getLogger(__name__)
+
+GRAPH_FRAMES = (8, 4, 2, 1)  # frame counts with a graph, largest first: any count is a sum of them
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+def split_frames(n: int) -> list[int]:
+    """n frames as a sum of GRAPH_FRAMES, largest first (13 -> [8, 4, 1])."""
+    parts = []
+    for size in GRAPH_FRAMES:
+        while n >= size:
+            parts.append(size)
+            n -= size
+    return parts
+
+
+class BatchedDecoder:
+    """Decoder contexts for `slots` streams; `graphs` captures the shapes on CUDA, `pad` runs the
+    same padded shapes without graphs (so eager and graphed runs compare exactly)."""
+
+    def __init__(self, decoder: CodecDecoder, slots: int, graphs: bool = False, pad: bool = False) -> None:
+        weight = decoder.pre_conv.conv.weight
+        self.decoder = decoder
+        self.device = weight.device
+        if graphs and self.device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device, the decoder is on {self.device}")
+        self.slots = slots
+        self.scratch = slots  # padding rows decode into this row, which no stream owns
+        self.state = decoder.new_state(slots + 1, self.device, weight.dtype)
+        self.buckets = sorted({min(b, slots) for b in BATCH_BUCKETS}) if graphs or pad else None
+        self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] | None = {} if graphs else None
+        self._pool = None
+        top = self.buckets[-1] if self.buckets else slots
+        self._rows = torch.full((top,), self.scratch, dtype=torch.long, device=self.device)
+        self._codes = torch.zeros(
+            top, GRAPH_FRAMES[0], decoder.cfg.num_quantizers, dtype=torch.long, device=self.device
+        )
+        samples = GRAPH_FRAMES[0] * decoder.cfg.samples_per_frame if graphs else 0
+        self._audio = torch.zeros(top if graphs else 0, samples, dtype=torch.float32, device=self.device)
+
+    def reset(self, row: int) -> None:
+        """Start `row` afresh for a new stream."""
+        rows = torch.zeros(self.slots + 1, dtype=torch.bool, device=self.device)
+        rows[row] = True
+        self.state.reset(rows)
+
+    def decode(self, rows: list[int], codes: Tensor) -> Tensor:
+        """Codes [B, n, 16] (any device) for the streams in `rows` -> samples [B, n * upsample] float32 on CPU."""
+        if self.buckets is None:
+            return self._decode_eager(torch.tensor(rows, device=self.device), codes.to(self.device)).cpu()
+        codes = codes.to(self.device)
+        out = []
+        top = self.buckets[-1]
+        for lo in range(0, len(rows), top):
+            group, group_codes = rows[lo : lo + top], codes[lo : lo + top]
+            pieces, start = [], 0
+            for n in split_frames(codes.shape[1]):
+                pieces.append(self._decode_padded(group, group_codes[:, start : start + n]))
+                start += n
+            out.append(torch.cat(pieces, dim=1))
+        return torch.cat(out).cpu()
+
+    def capture(self) -> None:
+        """Capture every (bucket, frames) graph now, largest first, sharing one memory pool."""
+        assert self._graphs is not None and self.buckets is not None
+        for b in reversed(self.buckets):
+            for n in GRAPH_FRAMES:
+                self._graph(b, n)
+
+    def _decode_eager(self, rows: Tensor, codes: Tensor) -> Tensor:
+        part = self.state.select(rows)
+        audio = self.decoder.decode_step(codes, part)
+        self.state.assign(rows, part)
+        return audio.float()
+
+    def _decode_padded(self, rows: list[int], codes: Tensor) -> Tensor:
+        assert self.buckets is not None
+        k, n = len(rows), codes.shape[1]
+        b = next(size for size in self.buckets if size >= k)
+        self._rows[:b] = self.scratch
+        self._rows[:k] = torch.tensor(rows, dtype=torch.long)
+        self._codes[:b, :n] = 0
+        self._codes[:k, :n] = codes
+        if self._graphs is None:
+            return self._decode_eager(self._rows[:b], self._codes[:b, :n])[:k]
+        self._graph(b, n).replay()
+        return self._audio[:k, : n * self.decoder.cfg.samples_per_frame]
+
+    def _graph(self, b: int, n: int) -> torch.cuda.CUDAGraph:
+        assert self._graphs is not None
+        graph = self._graphs.get((b, n))
+        if graph is not None:
+            return graph
+        # Warm-up runs execute for real: every row is the scratch row, so no stream's context moves.
+        saved = self._rows[:b].clone()
+        self._rows[:b] = self.scratch
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            self._compute(b, n)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            self._compute(b, n)
+        self._pool = graph.pool()
+        self._graphs[(b, n)] = graph
+        self._rows[:b] = saved
+        log.debug("captured the decoder for batch %d, %d frames", b, n)
+        return graph
+
+    def _compute(self, b: int, n: int) -> None:
+        audio = self._decode_eager(self._rows[:b], self._codes[:b, :n])
+        self._audio[:b, : audio.shape[1]] = audio

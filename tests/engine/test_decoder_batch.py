@@ -1,0 +1,75 @@
+"""Batched incremental decoding: any grouping, padding and frame split gives each stream's whole decode."""
+
+import itertools
+
+import pytest
+import torch
+
+from voicewire.engine.codec_decoder import CodecDecoder, load_codec_decoder
+from voicewire.engine.decoder_batch import BatchedDecoder, split_frames
+
+FRAMES = 27
+SAMPLES = 1920
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny_checkpoints) -> CodecDecoder:
+    return load_codec_decoder(tiny_checkpoints["custom_voice"] / "speech_tokenizer", "cpu", torch.float32)
+
+
+@pytest.fixture(scope="module")
+def codes() -> torch.Tensor:
+    return torch.randint(0, 2048, (3, FRAMES, 16), generator=torch.Generator().manual_seed(8))
+
+
+def test_split_frames_uses_graphed_sizes() -> None:
+    assert split_frames(13) == [8, 4, 1]
+    assert split_frames(32) == [8, 8, 8, 8]
+    assert split_frames(7) == [4, 2, 1]
+    assert all(sum(split_frames(n)) == n for n in range(1, 70))
+
+
+def _decode_in_groups(batch: BatchedDecoder, codes: torch.Tensor) -> torch.Tensor:
+    """Streams 0 and 2 in rows 4 and 1, decoded together and alone in uneven chunks."""
+    rows = {0: 4, 2: 1}
+    out = {s: [] for s in rows}
+    for row in rows.values():
+        batch.reset(row)
+    cuts = [0, 3, 16, 17, FRAMES]
+    for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):
+        streams = [0, 2] if i % 2 == 0 else [2]
+        if i % 2 == 1:  # stream 0 catches up alone afterwards
+            out[0].append(batch.decode([rows[0]], codes[[0], lo:hi]))
+        audio = batch.decode([rows[s] for s in streams], codes[streams, lo:hi])
+        for s, a in zip(streams, audio, strict=True):
+            out[s].append(a[None])
+    return torch.stack([torch.cat(out[s], dim=1)[0] for s in rows])
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_groups_equal_whole_decodes(decoder: CodecDecoder, codes: torch.Tensor, pad: bool) -> None:
+    with torch.inference_mode():
+        whole = decoder(codes[[0, 2]]).float()
+        batch = BatchedDecoder(decoder, slots=5, pad=pad)
+        assert batch.buckets == ([1, 2, 4, 5] if pad else None)
+        got = _decode_in_groups(batch, codes)
+    assert got.shape == (2, FRAMES * SAMPLES)
+    assert torch.allclose(got, whole, atol=1e-5), float((got - whole).abs().max())
+    # Rows no stream used, and the scratch row padding writes to, are the only others touched.
+    assert int(batch.state.pos[0]) == 0 and int(batch.state.pos[4]) == FRAMES
+
+
+def test_graphs_need_cuda(decoder: CodecDecoder) -> None:
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        BatchedDecoder(decoder, slots=2, graphs=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_graphed_decoding_equals_eager_on_cuda(tiny_checkpoints, codes: torch.Tensor) -> None:
+    folder = tiny_checkpoints["custom_voice"] / "speech_tokenizer"
+    decoder = load_codec_decoder(folder, "cuda", torch.bfloat16)
+    with torch.inference_mode():
+        eager = _decode_in_groups(BatchedDecoder(decoder, slots=5, pad=True), codes)
+        graphed = BatchedDecoder(decoder, slots=5, graphs=True)
+        graphed.capture()
+        assert torch.equal(_decode_in_groups(graphed, codes), eager)
