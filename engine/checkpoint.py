@@ -147,6 +147,8 @@ def load_into(module: nn.Module, tensors: Mapping[str, torch.Tensor], where: str
     with torch.no_grad():
         for name, target in targets.items():
             target.copy_(tensors[name])
+    # Inference weights: nothing that writes a model output into a state buffer may drag autograd along.
+    module.requires_grad_(False)
 
 
 def _listing(items: list[str], limit: int = 8) -> str:

@@ -78,6 +78,7 @@ class BatchedDecoder:
             out.append(torch.cat(pieces, dim=1))
         return torch.cat(out).cpu()
 
+    @torch.inference_mode()
     def capture(self) -> None:
         """Capture every (bucket, frames) graph now, largest first, sharing one memory pool."""
         assert self._graphs is not None and self.buckets is not None
@@ -102,7 +103,8 @@ class BatchedDecoder:
         if self._graphs is None:
             return self._decode_eager(self._rows[:b], self._codes[:b, :n])[:k]
         self._graph(b, n).replay()
-        return self._audio[:k, : n * self.decoder.cfg.samples_per_frame]
+        # A copy: the next replay rewrites the static buffer.
+        return self._audio[:k, : n * self.decoder.cfg.samples_per_frame].clone()
 
     def _graph(self, b: int, n: int) -> torch.cuda.CUDAGraph:
         assert self._graphs is not None

@@ -178,6 +178,7 @@ class FrameStepper:
             self._compute(b, any(a and s for a, s in zip(active, self.samples, strict=False)))
         return self.outputs[:n]
 
+    @torch.inference_mode()
     def capture(self) -> None:
         """Capture every bucket's graph now (largest first, sharing one memory pool)."""
         assert self._graphs is not None and self.buckets is not None

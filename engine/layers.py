@@ -145,7 +145,7 @@ def grouped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     rows = q.reshape(b, kv, g * t, d)
     mask = mask[:, None, None].expand(b, 1, g, t, mask.shape[-1]).reshape(b, 1, g * t, -1)
     out = F.scaled_dot_product_attention(rows, k, v, attn_mask=mask)
-    return out.view(b, h, t, d)
+    return out.reshape(b, h, t, d)
 
 
 class MLP(nn.Module):
