@@ -146,20 +146,40 @@ class FrameStepper:
         seen.scatter_(1, index, seen.gather(1, index) | active[:, None])
         return code0
 
-    def prefill(self, slot: int, rows: Tensor, start: int) -> None:
-        """Run a new talker sequence's prompt rows [T, H] for `slot` at positions start.., and draw its
-        first code 0. Positions below `start` keep their KV (the cached voice prefix)."""
-        t = rows.shape[0]
-        if start + t > self.kv_length:
-            raise ValueError(f"prompt needs {start + t} positions, the KV cache holds {self.kv_length}")
-        positions = torch.arange(start, start + t, device=self.device)[None]
-        hidden, logits = self.talker(rows[None], positions, self.cache.rows(slot, slot + 1))
-        self.hidden[slot] = hidden[0, -1]
-        self.pos[slot] = start + t
-        self.frames_done[slot] = 0
-        self.seen[slot] = False
-        active = torch.ones(1, dtype=torch.bool, device=self.device)
-        self.code0[slot] = self._first_code(logits[:, -1], slot, slot + 1, active, self.samples[slot])[0]
+    def prefill(self, prompts: list[tuple[int, Tensor, int]]) -> None:
+        """Start new talker sequences, each (slot, prompt rows [T, H], start position), in one batched
+        call, and draw their first code 0. Positions below a prompt's start keep their KV (the cached
+        voice prefix). The call spans the slot range of the prompts, padded to the longest one: other
+        slots in the range, and the padding, write only at positions past their own next one (or the
+        last, clamped), which nothing reads before rewriting."""
+        for _, rows, start in prompts:
+            if start + rows.shape[0] > self.kv_length:
+                raise ValueError(
+                    f"prompt needs {start + rows.shape[0]} positions, the KV cache holds {self.kv_length}"
+                )
+        lo = min(slot for slot, _, _ in prompts)
+        hi = max(slot for slot, _, _ in prompts) + 1
+        longest = max(rows.shape[0] for _, rows, _ in prompts)
+        dtype = self.hidden.dtype
+        x = torch.zeros(hi - lo, longest, self.hidden.shape[1], device=self.device, dtype=dtype)
+        active = torch.zeros(hi - lo, dtype=torch.bool)
+        starts = torch.zeros(hi - lo, dtype=torch.long)
+        lengths = torch.ones(hi - lo, dtype=torch.long)
+        for slot, rows, start in prompts:
+            x[slot - lo, : rows.shape[0]] = rows
+            active[slot - lo], starts[slot - lo], lengths[slot - lo] = True, start, rows.shape[0]
+        active, starts, lengths = (t.to(self.device) for t in (active, starts, lengths))
+        first = torch.where(active, starts, self.pos[lo:hi])
+        positions = (first[:, None] + torch.arange(longest, device=self.device)).clamp(max=self.kv_length - 1)
+        hidden, logits = self.talker(x, positions, self.cache.rows(lo, hi))
+        last = torch.arange(hi - lo, device=self.device), lengths - 1
+        self.hidden[lo:hi] = torch.where(active[:, None], hidden[last], self.hidden[lo:hi])
+        self.pos[lo:hi] = torch.where(active, starts + lengths, self.pos[lo:hi])
+        self.frames_done[lo:hi].masked_fill_(active, 0)
+        self.seen[lo:hi].masked_fill_(active[:, None], False)
+        any_sampling = any(self.samples[slot] for slot, _, _ in prompts)
+        code0 = self._first_code(logits[last], lo, hi, active, any_sampling)
+        self.code0[lo:hi] = torch.where(active, code0, self.code0[lo:hi])
 
     def step(self, n: int, active: list[bool], text_ids: list[int]) -> Tensor:
         """One frame for the active rows among [0, n), each fed its text-track id.

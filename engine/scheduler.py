@@ -1,7 +1,7 @@
 """The scheduler: the talker side of the async_chunk pipeline.
 
 Each `step()` takes in new streams and their text, starts talker sequences that have enough text
-(prefill, a few per step so live streams never stall), then runs one batched frame for every
+(one batched prefill of a few per step, so live streams never stall), then runs one batched frame for every
 stream whose text track can feed it, and hands the frames to a `FrameSink` (the decoder stage).
 A stream that has run out of text before a flush or the end is simply left out of the batch: it
 waits, keeping its slot and KV, and no tts_pad is fed. Streams that finish, fail or are cancelled
@@ -68,6 +68,17 @@ class _Live:
     ended: bool = False
     released: bool = False
     starved: bool = False  # waiting for text, and the decoder was told to send what it holds
+
+
+@dataclass
+class _Prompt:
+    """A talker sequence ready to prefill: its rows [T, H] go in at positions start.."""
+
+    live: _Live
+    segment: Segment
+    rows: Tensor
+    start: int
+    held: int  # text tokens of the segment inside the prompt
 
 
 @dataclass(frozen=True)
@@ -141,10 +152,14 @@ class Scheduler:
             self._admit(live)
         for live in list(self._live):
             self._drain(live)
-        prefills = 0
+        prompts: list[_Prompt] = []
         for live in list(self._live):
-            if prefills < self.config.max_prefills_per_step and self._advance(live):
-                prefills += 1
+            if len(prompts) < self.config.max_prefills_per_step:
+                prompt = self._advance(live)
+                if prompt is not None:
+                    prompts.append(prompt)
+        if prompts:
+            self._start(prompts)
         ready = [live for live in self._live if self._ready(live)]
         for live in self._live:
             if not live.starved and live not in ready and self._waiting_for_text(live):
@@ -153,7 +168,7 @@ class Scheduler:
                 self.sink.drain(live.stream)
         if ready:
             self._step(ready)
-        return self._progress or bool(incoming) or prefills > 0
+        return self._progress or bool(incoming) or bool(prompts)
 
     def _admit(self, live: _Live) -> None:
         self._live.append(live)
@@ -188,49 +203,64 @@ class Scheduler:
             else:
                 live.segments.add(item)
 
-    def _advance(self, live: _Live) -> bool:
-        """Start the stream's next talker sequence if it has enough text; returns whether it prefilled."""
+    def _advance(self, live: _Live) -> _Prompt | None:
+        """The stream's next talker sequence, if it has enough text to start."""
         while not live.released:
             segment = live.segments.head
             if segment is None:
                 if live.ended:
                     self._release(live, "end")
-                return False
+                return None
             if segment.start >= 0:
-                return False
+                return None
             if segment.complete and segment.body == 0:  # a flush with nothing new to say
                 live.segments.segments.popleft()
                 self._progress = True
                 self.sink.segment_end(live.stream, segment.flushed)
                 continue
-            return self._prefill(live, segment)
-        return False
+            return self._prompt(live, segment)
+        return None
 
-    def _prefill(self, live: _Live, segment: Segment) -> bool:
+    def _prompt(self, live: _Live, segment: Segment) -> _Prompt | None:
         voice = live.voice
         assert voice is not None
         layout = live.stream.options.layout
         if not segment_can_start(voice, len(segment.seq), segment.complete, layout):
-            return False
+            return None
         if not segment.complete and segment.body < live.lookahead:
-            return False
+            return None
         try:
             rows, held = segment_rows(self.parts.talker, voice, segment.seq, layout)
             # The first sequence runs the voice prefix too; later ones reuse its KV.
             start = voice.prefix.shape[0] if live.started else 0
             if not live.started:
                 rows = torch.cat((voice.prefix, rows))
-            self.stepper.prefill(live.slot, rows, start)
+            if start + rows.shape[0] > self.config.kv_length:
+                raise ValueError(
+                    f"prompt needs {start + rows.shape[0]} positions, the KV cache holds {self.config.kv_length}"
+                )
         except Exception as exc:
             self._fail(live, exc)
-            return True
-        live.started = True
-        segment.start = held
-        live.prefilled_tokens = [t for t in segment.tokens[:held] if t is not None]
-        live.frame_cap = self.config.kv_length - (start + rows.shape[0])
-        if live.frame_cap < MIN_FRAMES:
-            self._fail(live, ValueError(f"kv_length {self.config.kv_length} leaves no room to speak"))
-        return True
+            return None
+        return _Prompt(live, segment, rows, start, held)
+
+    def _start(self, prompts: list[_Prompt]) -> None:
+        """Prefill the new talker sequences together."""
+        try:
+            self.stepper.prefill([(p.live.slot, p.rows, p.start) for p in prompts])
+        except Exception as exc:
+            log.exception("prefill failed for %d streams", len(prompts))
+            for p in prompts:
+                self._fail(p.live, exc)
+            return
+        for p in prompts:
+            live = p.live
+            live.started = True
+            p.segment.start = p.held
+            live.prefilled_tokens = [t for t in p.segment.tokens[: p.held] if t is not None]
+            live.frame_cap = self.config.kv_length - (p.start + p.rows.shape[0])
+            if live.frame_cap < MIN_FRAMES:
+                self._fail(live, ValueError(f"kv_length {self.config.kv_length} leaves no room to speak"))
 
     def _ready(self, live: _Live) -> bool:
         segment = live.segments.head

@@ -13,18 +13,26 @@ def _options(model: Qwen3TTS, greedy: bool) -> GenerationOptions:
     return GenerationOptions.from_generation_config(model.generation_config, greedy=greedy, suppress_eos=True)
 
 
-def _run(model: Qwen3TTS, stepper: FrameStepper, greedy: list[bool], steps: int = 6) -> list[torch.Tensor]:
-    """Prefill a slot per entry of `greedy`, then step with a changing set of active rows."""
+def _run(
+    model: Qwen3TTS, stepper: FrameStepper, greedy: list[bool], steps: int = 6, together: bool = False
+) -> list[torch.Tensor]:
+    """Prefill a slot per entry of `greedy` (one call each, or one for all), then step with a
+    changing set of active rows."""
     talker = model.talker
     device = stepper.device
     gen = torch.Generator().manual_seed(11)
     with torch.inference_mode():
+        prompts = []
         for slot, g in enumerate(greedy):
             stepper.configure(slot, _options(model, g), seed=100 + slot)
             prompt = torch.randn(6 + slot, talker.cfg.decoder.hidden_size, generator=gen).to(
                 device, talker.codec_head.weight.dtype
             )
-            stepper.prefill(slot, prompt, 0)
+            prompts.append((slot, prompt, 0))
+            if not together:
+                stepper.prefill(prompts[-1:])
+        if together:
+            stepper.prefill(prompts)
         outs = []
         n = len(greedy)
         for step in range(steps):
@@ -49,6 +57,15 @@ def test_padding_to_a_bucket_changes_nothing(model: Qwen3TTS, greedy: list[bool]
     for a, b in zip(plain, padded, strict=True):
         assert torch.equal(a, b)
     assert plain[0].shape[1] == 18 and (plain[-1][:, -1] == 1).all()  # 16 codes, next code 0, finite
+
+
+def test_one_batched_prefill_equals_one_per_stream(model: Qwen3TTS) -> None:
+    """Prompts of different lengths (6, 7, 8 rows) padded into one call start the same sequences."""
+    greedy = [False, True, False]
+    alone = _run(model, FrameStepper(model.talker, SLOTS, 64), greedy)
+    together = _run(model, FrameStepper(model.talker, SLOTS, 64), greedy, together=True)
+    for a, b in zip(alone, together, strict=True):
+        assert torch.equal(a, b)
 
 
 def test_sampled_rows_depend_on_their_seed_only(model: Qwen3TTS) -> None:

@@ -115,7 +115,7 @@ def test_a_restart_reuses_the_voice_prefix(model: Qwen3TTS, monkeypatch: pytest.
     monkeypatch.setattr(
         scheduler.stepper,
         "prefill",
-        lambda slot, rows, start: starts.append(start) or prefill(slot, rows, start),
+        lambda prompts: starts.extend(start for _, _, start in prompts) or prefill(prompts),
     )
     stream = _open(model, scheduler, first + second)
     _run(scheduler, recorder, [stream])
