@@ -70,6 +70,7 @@ class EngineConfig:
     max_prefills_per_step: int = 4  # new talker sequences started between two batched steps
     max_buffered_seconds: float = 30.0  # audio a stream may run ahead of its reader
     cuda_graphs: bool = True  # on CUDA, each batch bucket's frame step replays one captured graph
+    fuse_kernels: bool = True  # on CUDA, torch.compile the layers' elementwise pieces (engine.pointwise)
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from voicewire.engine import pointwise
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.decode_stage import DecoderStage
 from voicewire.engine.errors import InvalidOptions, InvalidVoice
@@ -39,6 +40,8 @@ class Engine:
     def __init__(self, model: Qwen3TTS, config: EngineConfig | None = None) -> None:
         self.model = model
         self.config = config or EngineConfig()
+        if self.config.fuse_kernels and model.device.type == "cuda":
+            pointwise.enable_fusion()  # before any graph is captured
         graphs = self.config.cuda_graphs and model.device.type == "cuda"
         self.decoder_stage = DecoderStage(model.decoder, self.config.max_streams, self.config.chunks, graphs)
         self.scheduler = Scheduler(

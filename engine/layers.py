@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from voicewire.engine import pointwise
+
 
 @dataclass
 class DecoderConfig:
@@ -81,10 +83,8 @@ def rope_tables(head_dim: int, theta: float, positions: Tensor) -> tuple[Tensor,
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """NeoX rotation (halves, not interleaved pairs) of x [..., T, d]; cos/sin broadcast to x."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+    """NeoX rotation of x [..., T, d]; cos/sin broadcast to x."""
+    return pointwise.rotate(x, cos, sin)
 
 
 class RMSNorm(nn.Module):
@@ -94,9 +94,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        # Normalized in float32, cast back, then scaled: Qwen's order. F.rms_norm is one fused kernel.
-        normed = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=self.eps)
-        return self.weight * normed.to(x.dtype)
+        return pointwise.rms_norm(x, self.weight, self.eps)
 
 
 class Attention(nn.Module):
@@ -122,11 +120,16 @@ class Attention(nn.Module):
     ) -> Tensor:
         b, t, _ = x.shape
         d = self.cfg.head_dim
-        q = self.q_norm(self.q_proj(x).view(b, t, -1, d)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, -1, d)).transpose(1, 2)
+        q, k = pointwise.qk_norm_rope(
+            self.q_proj(x).view(b, t, -1, d),
+            self.k_proj(x).view(b, t, -1, d),
+            self.q_norm.weight,
+            self.k_norm.weight,
+            self.q_norm.eps,
+            cos,
+            sin,
+        )
         v = self.v_proj(x).view(b, t, -1, d).transpose(1, 2)
-        cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, d] over heads
-        q, k = apply_rope(q, cos, sin).to(x.dtype), apply_rope(k, cos, sin).to(x.dtype)
         # Scatter the new keys/values at each row's own positions: caches are [B, kv, L, d].
         index = positions[:, None, :, None].expand(b, k.shape[1], t, d)
         k_cache.scatter_(2, index, k)
@@ -158,7 +161,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(pointwise.silu_mul(self.gate_proj(x), self.up_proj(x)))
 
 
 class LayerScale(nn.Module):
@@ -190,8 +193,10 @@ class DecoderLayer(nn.Module):
         k_cache: Tensor,
         v_cache: Tensor,
     ) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, positions, mask, k_cache, v_cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        attn = self.self_attn(self.input_layernorm(x), cos, sin, positions, mask, k_cache, v_cache)
+        norm = self.post_attention_layernorm
+        x, h = pointwise.add_rms_norm(x, attn, norm.weight, norm.eps)
+        return x + self.mlp(h)
 
 
 class DecoderStack(nn.Module):

@@ -274,7 +274,9 @@ def _add_bench_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-length", type=int, help="talker KV positions per stream")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--eager", action="store_true", help="no CUDA graphs (for comparison)")
+    parser.add_argument(
+        "--eager", action="store_true", help="no CUDA graphs and no fused kernels (for comparison)"
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON report here")
 
 
@@ -288,7 +290,7 @@ def _bench_config(args: argparse.Namespace, max_streams: int, variant: str = "cu
     if args.kv_length:
         overrides["kv_length"] = args.kv_length
     if args.eager:
-        overrides["cuda_graphs"] = False
+        overrides["cuda_graphs"] = overrides["fuse_kernels"] = False
     return (
         EngineConfig.from_yaml(args.config, **overrides) if args.config else EngineConfig.from_dict(overrides)
     )
