@@ -101,6 +101,7 @@ def test_graphed_steps_equal_eager_steps_on_cuda(tiny_checkpoints, dtype: str) -
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fused kernels are compiled on CUDA only")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # inductor touches torch.jit while compiling
 def test_fused_graphed_steps_equal_fused_eager_steps_on_cuda(tiny_checkpoints) -> None:
     """Last in this file: fusion stays on for the rest of the process."""
     from voicewire.engine import pointwise
