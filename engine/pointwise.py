@@ -59,8 +59,10 @@ def enable_fusion() -> None:
     if _fused:
         return
     _fused = True
+    # Each function meets several widths, dtypes and 0/1-sized dims (talker, predictor, codec
+    # decoder): room for those variants, and eager instead of an error should a new one exceed it.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     rms_norm, add_rms_norm, qk_norm_rope, silu_mul = (
-        torch.compile(fn, dynamic=True, fullgraph=True)
-        for fn in (rms_norm, add_rms_norm, qk_norm_rope, silu_mul)
+        torch.compile(fn, dynamic=True) for fn in (rms_norm, add_rms_norm, qk_norm_rope, silu_mul)
     )
     log.info("decoder layers use fused elementwise kernels (torch.compile)")
