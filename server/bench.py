@@ -12,7 +12,9 @@ text at an LLM-like pace (or all at once), Opus back; measured at the client:
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 from dataclasses import dataclass, field
 
 import msgpack
@@ -62,6 +64,14 @@ def simulated_underruns(
             clock = at
         clock += seconds
     return underruns, round(gap, 3)
+
+
+def first_speaker(url: str) -> str | None:
+    """The server's first named speaker (GET /v1/voices), or None for checkpoints without any."""
+    http = "http" + url.removeprefix("ws")
+    with urllib.request.urlopen(f"{http}/v1/voices", timeout=30) as response:
+        voices = json.load(response)["voices"]
+    return voices[0]["id"] if voices else None
 
 
 async def _session(url: str, index: int, frames: int, rate: float, cancel: bool, speaker: str | None) -> _Run:

@@ -180,7 +180,7 @@ def _bench(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from voicewire.server.bench import bench_level, markdown, plot
+    from voicewire.server.bench import bench_level, first_speaker, markdown, plot
 
     levels = [int(n) for n in args.streams.split(",")]
     server = engine = None
@@ -198,9 +198,7 @@ def _bench(args: argparse.Namespace) -> int:
         server = BackgroundServer(create_app(engine, server_config))
         url = f"ws://127.0.0.1:{server.start()}"
     try:
-        speaker = None
-        if engine is not None and engine.model.variant == "custom_voice":
-            speaker = sorted(engine.model.talker.cfg.speakers)[0]
+        speaker = first_speaker(url)
         results = [asyncio.run(bench_level(url, n, args.frames, args.text_rate, speaker)) for n in levels]
         device = "remote"
         if engine is not None:

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The service benchmark as docs/benchmarks.md reports it: a random real-size checkpoint, `voicewire
+# serve` in its own process with configs/gpu.yaml, and `voicewire bench` against it over loopback.
+# Usage: scripts/bench_gpu.sh SIZE LEVELS OUT_PREFIX   (e.g. 0.6b 1,8,64,256 results/0.6b)
+# Settings from the environment: FRAMES (100), RATE (20 words/s), PORT (8000), PYTHON (python3).
+set -euo pipefail
+size=${1:?size: 0.6b or 1.7b}
+levels=${2:?levels, e.g. 1,8,64,256}
+out=${3:?output prefix}
+py=${PYTHON:-python3}
+port=${PORT:-8000}
+model=$("$py" -c "from voicewire.engine.tiny import random_checkpoint; print(random_checkpoint('custom_voice', '$size'))")
+"$py" -m voicewire.server.cli serve --config configs/gpu.yaml --model "$model" --port "$port" >"$out.serve.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 300); do
+  if "$py" -c "import urllib.request, sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:$port/ready').status != 200)" 2>/dev/null; then
+    break
+  fi
+  kill -0 $server 2>/dev/null || { tail -20 "$out.serve.log"; exit 1; }
+  sleep 1
+done
+"$py" -m voicewire.server.cli bench --url "ws://127.0.0.1:$port" --streams "$levels" \
+  --frames "${FRAMES:-100}" --text-rate "${RATE:-20}" --out "$out.json" --markdown "$out.md" >/dev/null
+cat "$out.md"
