@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -147,7 +148,8 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> Starlette:
 
 
 async def _warm_up(engine: Engine) -> None:
-    """One short stream through every stage, so the first client does not pay for first calls."""
+    """Short streams through every stage, one alone and then three at once, so the first clients do
+    not pay for first calls (on CUDA: the fused kernels compile per shape class, batch 1 or more)."""
     model = engine.model
     fields: dict = {}
     if model.variant == "custom_voice":
@@ -156,12 +158,19 @@ async def _warm_up(engine: Engine) -> None:
         fields["instruct"] = "A clear voice."
     else:
         fields["speaker_embedding"] = [0.0] * model.talker.cfg.decoder.hidden_size
-    stream = engine.open_stream(engine.voice(**fields), StreamOptions(greedy=True, max_frames=4))
-    stream.push_text("Warming up.")
-    stream.end()
-    async for _ in stream:
-        pass
-    log.info("engine warm: %s", (await stream.wait()).reason)
+    voice = engine.voice(**fields)
+
+    async def one() -> str:
+        stream = engine.open_stream(voice, StreamOptions(greedy=True, max_frames=4))
+        stream.push_text("Warming up.")
+        stream.end()
+        async for _ in stream:
+            pass
+        return (await stream.wait()).reason
+
+    reasons = [await one()]
+    reasons += await asyncio.gather(*(one() for _ in range(min(3, engine.config.max_streams))))
+    log.info("engine warm: %s", ", ".join(reasons))
 
 
 class BackgroundServer:
