@@ -14,6 +14,7 @@ import logging
 import torch
 from torch import Tensor
 
+from voicewire.engine import cuda_graphs
 from voicewire.engine.codec_decoder import CodecDecoder
 
 log = logging.getLogger(__name__)
@@ -111,17 +112,10 @@ class BatchedDecoder:
         graph = self._graphs.get((b, n))
         if graph is not None:
             return graph
-        # Warm-up runs execute for real: every row is the scratch row, so no stream's context moves.
+        # Every row is the scratch row, so the warm-up runs move no stream's context.
         saved = self._rows[:b].clone()
         self._rows[:b] = self.scratch
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            self._compute(b, n)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            self._compute(b, n)
+        graph = cuda_graphs.capture(lambda: self._compute(b, n), self.device, self._pool)
         self._pool = graph.pool()
         self._graphs[(b, n)] = graph
         self._rows[:b] = saved

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from voicewire.engine import cuda_graphs
 from voicewire.engine.sampling import RowSampling, SamplingParams, apply_repetition_penalty, mask_ids, sample
 from voicewire.engine.talker import Talker
 
@@ -210,19 +211,10 @@ class FrameStepper:
         if graph is not None:
             return graph
         assert self._graphs is not None
-        # Warm-up runs execute for real: with every row inactive they change nothing that is read.
+        # With every row inactive, the warm-up runs change nothing that is read.
         saved = self.inputs[:b].clone()
         self.inputs[:b] = 0
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self._compute(b, True)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: the decoder's thread keeps working on its own stream during capture.
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            self._compute(b, True)
+        graph = cuda_graphs.capture(lambda: self._compute(b, True), self.device, self._pool)
         self._pool = graph.pool()
         self._graphs[b] = graph
         self.inputs[:b] = saved

@@ -1,0 +1,25 @@
+"""Capturing a fixed-shape piece of work as a CUDA graph (the frame step, the decoder step)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def capture(run: Callable[[], None], device: torch.device, pool: tuple | None) -> torch.cuda.CUDAGraph:
+    """Warm `run` up on a side stream (first calls allocate, compile and pick kernels), then
+    capture it, allocating from `pool` (None: a new one; graphs replayed one at a time may share).
+
+    The warm-up runs execute for real: the caller makes them harmless to its state."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    # thread_local: another thread (the decoder's) may keep working on its own stream meanwhile.
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        run()
+    return graph
