@@ -50,7 +50,7 @@ class FrameSink(Protocol):
     ) -> None: ...
 
 
-@dataclass
+@dataclass(eq=False)  # identity: list membership and removal must not compare every field
 class _Live:
     """The scheduler's state for one stream; `slot` is its row in every batched tensor."""
 
@@ -161,8 +161,9 @@ class Scheduler:
         if prompts:
             self._start(prompts)
         ready = [live for live in self._live if self._ready(live)]
+        stepping = {live.slot for live in ready}
         for live in self._live:
-            if not live.starved and live not in ready and self._waiting_for_text(live):
+            if not live.starved and live.slot not in stepping and self._waiting_for_text(live):
                 # Frames held back for a bigger chunk would wait for the text too: let them out.
                 live.starved = True
                 self.sink.drain(live.stream)
