@@ -147,6 +147,11 @@ class FrameStepper:
         seen.scatter_(1, index, seen.gather(1, index) | active[:, None])
         return code0
 
+    def check_prompt(self, start: int, length: int) -> None:
+        """Raise ValueError unless `length` prompt rows from position `start` fit the KV cache."""
+        if start + length > self.kv_length:
+            raise ValueError(f"prompt needs {start + length} positions, the KV cache holds {self.kv_length}")
+
     def prefill(self, prompts: list[tuple[int, Tensor, int]]) -> None:
         """Start new talker sequences, each (slot, prompt rows [T, H], start position), in one batched
         call, and draw their first code 0. Positions below a prompt's start keep their KV (the cached
@@ -154,10 +159,7 @@ class FrameStepper:
         slots in the range, and the padding, write only at positions past their own next one (or the
         last, clamped), which nothing reads before rewriting."""
         for _, rows, start in prompts:
-            if start + rows.shape[0] > self.kv_length:
-                raise ValueError(
-                    f"prompt needs {start + rows.shape[0]} positions, the KV cache holds {self.kv_length}"
-                )
+            self.check_prompt(start, rows.shape[0])
         lo = min(slot for slot, _, _ in prompts)
         hi = max(slot for slot, _, _ in prompts) + 1
         longest = max(rows.shape[0] for _, rows, _ in prompts)

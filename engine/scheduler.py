@@ -236,10 +236,7 @@ class Scheduler:
             start = voice.prefix.shape[0] if live.started else 0
             if not live.started:
                 rows = torch.cat((voice.prefix, rows))
-            if start + rows.shape[0] > self.config.kv_length:
-                raise ValueError(
-                    f"prompt needs {start + rows.shape[0]} positions, the KV cache holds {self.config.kv_length}"
-                )
+            self.stepper.check_prompt(start, rows.shape[0])  # here, so one bad prompt fails alone
         except Exception as exc:
             self._fail(live, exc)
             return None
