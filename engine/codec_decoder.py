@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voicewire.engine.checkpoint import CheckpointError, load_into, read_json, read_safetensors, take_prefix
-from voicewire.engine.layers import MLP, LayerScale, RMSNorm, apply_rope
+from voicewire.engine.layers import MLP, LayerScale, RMSNorm
+from voicewire.engine.pointwise import rotate
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +303,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         # [B, kv_heads, window - 1 + n, head_dim]: the carried window, then this chunk.
         k_all = torch.cat([key_cache, k], dim=2)
         v_all = torch.cat([value_cache, v], dim=2)

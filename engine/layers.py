@@ -82,11 +82,6 @@ def rope_tables(head_dim: int, theta: float, positions: Tensor) -> tuple[Tensor,
     return emb.cos(), emb.sin()
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """NeoX rotation of x [..., T, d]; cos/sin broadcast to x."""
-    return pointwise.rotate(x, cos, sin)
-
-
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
