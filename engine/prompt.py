@@ -48,6 +48,37 @@ class Voice:
     ref_text: str | None = None  # Base in-context: transcript of the reference audio
 
 
+# Codec-track entries of a prompt row besides plain codec ids (>= 0).
+NO_CODEC = -1  # a text-only row
+XVECTOR = -2  # the voice's speaker embedding
+REF_FRAME = -3  # REF_FRAME - j: the summed embeddings of reference frame j (in-context cloning)
+NO_TEXT = -1  # a codec-only row
+
+
+@dataclass
+class Rows:
+    """Prompt rows, symbolically: row r is the text-track row of `text[r]` plus the codec-track row
+    of `codec[r]`. Plain ids travel to other processes (the vLLM worker) and are embedded there;
+    `embed_rows` turns them into vectors."""
+
+    text: list[int]
+    codec: list[int]
+
+    def __post_init__(self) -> None:
+        if len(self.text) != len(self.codec):
+            raise ValueError(f"{len(self.text)} text entries for {len(self.codec)} codec entries")
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+    def __add__(self, other: Rows) -> Rows:
+        return Rows(self.text + other.text, self.codec + other.codec)
+
+
+def text_only(ids: list[int]) -> Rows:
+    return Rows(list(ids), [NO_CODEC] * len(ids))
+
+
 @dataclass
 class Prompt:
     prefill: Tensor  # [L, H]
@@ -58,12 +89,46 @@ class Prompt:
 class VoicePrompt:
     """The text-independent part of a stream's prompt, built once per stream."""
 
-    prefix: Tensor  # [L0, H]: instruct turn, role rows, codec control rows with tts_pad/tts_bos
-    codec_bos: Tensor  # [1, H]: goes with the first text row (dual track)
-    codec_pad: Tensor  # [1, H]
-    text_pad: Tensor  # [1, H]
+    prefix: Rows  # instruct turn, role rows, codec control rows with tts_pad/tts_bos
+    codec_bos: int  # goes with the first text row (dual track)
+    codec_pad: int
+    text_pad: int
     ref_ids: list[int]  # in-context cloning: reference text ids, which open every segment's seq
-    ref_codec: Tensor | None  # in-context cloning: [m, H] codec bos + reference frame embeddings
+    ref_frames: int  # in-context cloning: reference frames (their rows follow a codec bos); else 0
+    xvector: Tensor | None  # [H], for the XVECTOR row
+    ref_codes: Tensor | None  # [ref_frames, 16], for the REF_FRAME rows
+
+    @property
+    def ref_codec(self) -> list[int]:
+        """The codec entries of an in-context segment head: codec bos, then each reference frame."""
+        return [self.codec_bos, *(REF_FRAME - j for j in range(self.ref_frames))]
+
+
+def embed_rows(talker: Talker, rows: Rows, xvector: Tensor | None, ref_codes: Tensor | None) -> Tensor:
+    """Rows -> [len, H]: text rows through the text projection, plus codec, x-vector or frame rows."""
+    device = talker.codec_head.weight.device
+    text = torch.tensor(rows.text, dtype=torch.long, device=device)
+    codec = torch.tensor(rows.codec, dtype=torch.long, device=device)
+    hidden = talker.cfg.decoder.hidden_size
+    out = torch.zeros(len(rows), hidden, device=device, dtype=talker.codec_head.weight.dtype)
+    has_text = text >= 0
+    if bool(has_text.any()):
+        out[has_text] = talker.embed_text(text[has_text])
+    plain = codec >= 0
+    if bool(plain.any()):
+        out[plain] += talker.embed_codec(codec[plain])
+    spk = codec == XVECTOR
+    if bool(spk.any()):
+        if xvector is None:
+            raise ValueError("the prompt has a speaker-embedding row but the voice has none")
+        out[spk] += xvector.to(device=device, dtype=out.dtype)
+    frames = codec <= REF_FRAME
+    if bool(frames.any()):
+        if ref_codes is None:
+            raise ValueError("the prompt has reference-frame rows but the voice has no reference codes")
+        index = REF_FRAME - codec[frames]
+        out[frames] += talker.embed_frame(ref_codes.to(device)[index])
+    return out
 
 
 def supported_languages(talker: Talker) -> list[str]:
@@ -130,48 +195,37 @@ def build_voice_prompt(
         raise ValueError(f"unknown variant {variant!r}; allowed: {', '.join(VARIANTS)}")
     check_voice(talker, voice, variant, model_size)
     cfg = talker.cfg
-    device = talker.codec_head.weight.device
-
-    def text_rows(values: list[int]) -> Tensor:
-        return talker.embed_text(torch.tensor(values, dtype=torch.long, device=device))
-
-    def codec_rows(values: list[int]) -> Tensor:
-        return talker.embed_codec(torch.tensor(values, dtype=torch.long, device=device))
-
     language_id = _language_id(talker, voice)
-    tags = (
+    codec = (
         [cfg.codec_nothink_id, cfg.codec_think_bos_id, cfg.codec_think_eos_id]
         if language_id is None
         else [cfg.codec_think_id, cfg.codec_think_bos_id, language_id, cfg.codec_think_eos_id]
     )
-    codec = [codec_rows(tags)]
     if voice.speaker:
-        codec.append(codec_rows([cfg.speakers[voice.speaker.lower()]]))
+        codec.append(cfg.speakers[voice.speaker.lower()])
     elif voice.xvector is not None:
-        codec.append(voice.xvector.to(device=device, dtype=codec[0].dtype)[None])
-    codec.append(codec_rows([cfg.codec_pad_id]))
-    codec_track = torch.cat(codec)  # [n, H]; codec bos follows, with the first text row
-    n = codec_track.shape[0] + 1
+        codec.append(XVECTOR)
+    codec.append(cfg.codec_pad_id)  # codec bos follows, with the first text row
+    n = len(codec) + 1
 
-    rows = []
+    prefix = Rows([], [])
     if voice.instruct:
-        rows.append(text_rows(tokenizer.encode(f"<|im_start|>user\n{voice.instruct}<|im_end|>\n")))
-    rows.append(text_rows(tokenizer.encode("<|im_start|>assistant\n")))
-    rows.append(text_rows([text_ids.tts_pad] * (n - 2) + [text_ids.tts_bos]) + codec_track)
+        prefix += text_only(tokenizer.encode(f"<|im_start|>user\n{voice.instruct}<|im_end|>\n"))
+    prefix += text_only(tokenizer.encode("<|im_start|>assistant\n"))
+    prefix += Rows([text_ids.tts_pad] * (n - 2) + [text_ids.tts_bos], codec)
 
     ref_ids: list[int] = []
-    ref_codec = None
     if voice.ref_codes is not None:
         ref_ids = tokenizer.encode(f"<|im_start|>assistant\n{voice.ref_text}<|im_end|>\n")[3:-2]
-        frames = voice.ref_codes.to(device)
-        ref_codec = torch.cat((codec_rows([cfg.codec_bos_id]), talker.embed_frame(frames)))
     return VoicePrompt(
-        prefix=torch.cat(rows),
-        codec_bos=codec_rows([cfg.codec_bos_id]),
-        codec_pad=codec_rows([cfg.codec_pad_id]),
-        text_pad=text_rows([text_ids.tts_pad]),
+        prefix=prefix,
+        codec_bos=cfg.codec_bos_id,
+        codec_pad=cfg.codec_pad_id,
+        text_pad=text_ids.tts_pad,
         ref_ids=ref_ids,
-        ref_codec=ref_codec,
+        ref_frames=0 if voice.ref_codes is None else int(voice.ref_codes.shape[0]),
+        xvector=voice.xvector,
+        ref_codes=voice.ref_codes,
     )
 
 
@@ -179,28 +233,25 @@ def segment_can_start(voice: VoicePrompt, seq_len: int, complete: bool, layout: 
     """Whether a segment whose seq holds `seq_len` ids has enough text for its prefill."""
     if layout == "non_streaming":
         return complete
-    need = 1 if voice.ref_codec is None else voice.ref_codec.shape[0]
+    need = 1 if not voice.ref_frames else voice.ref_frames + 1
     return complete or seq_len >= need
 
 
-def segment_rows(talker: Talker, voice: VoicePrompt, seq: list[int], layout: str) -> tuple[Tensor, int]:
+def segment_rows(voice: VoicePrompt, seq: list[int], layout: str) -> tuple[Rows, int]:
     """The prefill rows that follow the voice prefix for a segment, and how many ids of `seq` they hold.
 
     `seq` is the segment's text sequence (ends with tts_eos when complete); ids after the first
     `k` are its text track."""
-    device = talker.codec_head.weight.device
-    texts = talker.embed_text(torch.tensor(seq, dtype=torch.long, device=device))
     if layout == "non_streaming":
-        rows = [texts + voice.codec_pad.expand(len(seq), -1)]
-        last = voice.codec_bos if voice.ref_codec is None else voice.ref_codec
-        rows.append(last + voice.text_pad)
-        return torch.cat(rows), len(seq)
-    if voice.ref_codec is None:
-        return texts[:1] + voice.codec_bos, 1
-    m = voice.ref_codec.shape[0]
-    k = min(m, len(seq))
-    head = torch.cat((texts[:k], voice.text_pad.expand(m - k, -1)))
-    return head + voice.ref_codec, k
+        last = [voice.codec_bos] if not voice.ref_frames else voice.ref_codec
+        return Rows(list(seq), [voice.codec_pad] * len(seq)) + Rows([voice.text_pad] * len(last), last), len(
+            seq
+        )
+    if not voice.ref_frames:
+        return Rows([seq[0]], [voice.codec_bos]), 1
+    head = voice.ref_codec
+    k = min(len(head), len(seq))
+    return Rows([*seq[:k], *[voice.text_pad] * (len(head) - k)], head), k
 
 
 def build_prompt(
@@ -221,5 +272,6 @@ def build_prompt(
     if not body:
         raise ValueError("text is empty")
     seq = [*prefix.ref_ids, *body, text_ids.tts_eos]
-    rows, k = segment_rows(talker, prefix, seq, layout)
-    return Prompt(prefill=torch.cat((prefix.prefix, rows)), text_track=seq[k:])
+    rows, k = segment_rows(prefix, seq, layout)
+    prefill = embed_rows(talker, prefix.prefix + rows, prefix.xvector, prefix.ref_codes)
+    return Prompt(prefill=prefill, text_track=seq[k:])

@@ -22,7 +22,14 @@ from torch import Tensor
 from voicewire.engine.config import EngineConfig
 from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
 from voicewire.engine.frame_step import MIN_FRAMES, FrameStepper, GenerationOptions
-from voicewire.engine.prompt import TextIds, VoicePrompt, build_voice_prompt, segment_can_start, segment_rows
+from voicewire.engine.prompt import (
+    TextIds,
+    VoicePrompt,
+    build_voice_prompt,
+    embed_rows,
+    segment_can_start,
+    segment_rows,
+)
 from voicewire.engine.segments import Segment, SegmentQueue, TrackEntry
 from voicewire.engine.stream import Mark, Stream
 from voicewire.engine.talker import Talker
@@ -231,16 +238,17 @@ class Scheduler:
         if not segment.complete and segment.body < live.lookahead:
             return None
         try:
-            rows, held = segment_rows(self.parts.talker, voice, segment.seq, layout)
+            rows, held = segment_rows(voice, segment.seq, layout)
             # The first sequence runs the voice prefix too; later ones reuse its KV.
-            start = voice.prefix.shape[0] if live.started else 0
+            start = len(voice.prefix) if live.started else 0
             if not live.started:
-                rows = torch.cat((voice.prefix, rows))
-            self.stepper.check_prompt(start, rows.shape[0])  # here, so one bad prompt fails alone
+                rows = voice.prefix + rows
+            self.stepper.check_prompt(start, len(rows))  # here, so one bad prompt fails alone
+            embedded = embed_rows(self.parts.talker, rows, voice.xvector, voice.ref_codes)
         except Exception as exc:
             self._fail(live, exc)
             return None
-        return _Prompt(live, segment, rows, start, held)
+        return _Prompt(live, segment, embedded, start, held)
 
     def _start(self, prompts: list[_Prompt]) -> None:
         """Prefill the new talker sequences together."""
