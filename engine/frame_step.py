@@ -19,7 +19,7 @@ from torch import Tensor
 
 from voicewire.engine import cuda_graphs
 from voicewire.engine.sampling import RowSampling, SamplingParams, apply_repetition_penalty, mask_ids, sample
-from voicewire.engine.talker import Talker
+from voicewire.engine.talker import Talker, TalkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,36 @@ class GenerationOptions:
         return self.talker.do_sample or self.predictor.do_sample
 
 
+def banned_ids(cfg: TalkerConfig, device: torch.device | str) -> tuple[Tensor, Tensor]:
+    """(banned [V], eos_only [V]): control ids (the top 1024 of the codec vocab) never start a frame,
+    except EOS when allowed; eos_only masks EOS alone."""
+    banned = torch.zeros(cfg.vocab_size, dtype=torch.bool, device=device)
+    banned[cfg.vocab_size - 1024 :] = True
+    banned[cfg.codec_eos_id] = False
+    eos_only = torch.zeros_like(banned)
+    eos_only[cfg.codec_eos_id] = True
+    return banned, eos_only
+
+
+def choose_code0(
+    logits: Tensor,
+    seen: Tensor,
+    penalty: Tensor,
+    banned: Tensor,
+    no_eos: Tensor,
+    params: RowSampling,
+    seed: Tensor,
+    counter: Tensor,
+    any_sampling: bool,
+) -> Tensor:
+    """Codebook-0 logits [n, V] -> code 0 [n]: repetition penalty over the sequence's earlier codes
+    (seen [n, V]), banned control ids, EOS masked where `no_eos` [n, V], then a greedy pick or a draw."""
+    logits = apply_repetition_penalty(logits, seen, penalty)
+    logits = mask_ids(logits, banned)
+    logits = mask_ids(logits, no_eos)
+    return sample(logits, params, seed, counter, any_sampling)
+
+
 class FrameStepper:
     """Talker + code predictor state for `slots` stream rows, allocated once.
 
@@ -109,12 +139,7 @@ class FrameStepper:
         self.seed = torch.zeros(slots, dtype=torch.long, device=device)
         self.rounds = torch.zeros(slots, dtype=torch.long, device=device)
         self.samples = [False] * slots  # host copy: does the slot draw at all
-        # Control ids (top 1024 of the codec vocab) never start a frame, except EOS when allowed.
-        self.banned = torch.zeros(cfg.vocab_size, dtype=torch.bool, device=device)
-        self.banned[cfg.vocab_size - 1024 :] = True
-        self.banned[cfg.codec_eos_id] = False
-        self.eos_only = torch.zeros_like(self.banned)
-        self.eos_only[cfg.codec_eos_id] = True
+        self.banned, self.eos_only = banned_ids(cfg, device)
         # Static step buffers: inputs [S, 2] (active, text id), outputs [S, 18] (16 codes, next code 0, finite).
         self.inputs = torch.zeros(slots, 2, dtype=torch.long, device=device)
         self.outputs = torch.zeros(slots, cfg.num_code_groups + 2, dtype=torch.long, device=device)
@@ -135,12 +160,18 @@ class FrameStepper:
 
     def _first_code(self, logits: Tensor, lo: int, hi: int, active: Tensor, any_sampling: bool) -> Tensor:
         """Codebook-0 logits [n, V] of rows [lo, hi) -> code 0 [n], with penalty, suppression, min length."""
-        logits = apply_repetition_penalty(logits, self.seen[lo:hi], self.penalty[lo:hi])
-        logits = mask_ids(logits, self.banned)
         no_eos = self.suppress_eos[lo:hi] | (self.frames_done[lo:hi] < MIN_FRAMES)
-        logits = mask_ids(logits, self.eos_only & no_eos[:, None])
-        params = self.talker_sampling.rows(lo, hi, active)
-        code0 = sample(logits, params, self.seed[lo:hi], self.rounds[lo:hi] << 4, any_sampling)
+        code0 = choose_code0(
+            logits,
+            self.seen[lo:hi],
+            self.penalty[lo:hi],
+            self.banned,
+            self.eos_only & no_eos[:, None],
+            self.talker_sampling.rows(lo, hi, active),
+            self.seed[lo:hi],
+            self.rounds[lo:hi] << 4,
+            any_sampling,
+        )
         self.rounds[lo:hi] += active
         index = code0[:, None]
         seen = self.seen[lo:hi]

@@ -340,24 +340,7 @@ class Scheduler:
 
     def _end_segment(self, live: _Live) -> None:
         """The running talker sequence is over; text it did not reach moves to a new segment."""
-        segment = live.segments.segments.popleft()
-        index = segment.start + segment.frames
-        left = [t for t in segment.tokens[index:] if t is not None]
-        if left or not segment.complete:
-            rest = Segment(
-                [*live.segments.ref_ids, *(t.id for t in left)],
-                [*[None] * len(live.segments.ref_ids), *left],
-                body=len(left),
-            )
-            if segment.complete:
-                rest.seq.append(self.parts.text_ids.tts_eos)
-                rest.tokens.append(None)
-                rest.complete, rest.flushed = True, segment.flushed
-            if rest.body:
-                live.segments.segments.appendleft(rest)
-                self.sink.segment_end(live.stream, False)
-                return
-        self.sink.segment_end(live.stream, segment.flushed)
+        self.sink.segment_end(live.stream, live.segments.finish_head())
 
     def _fail(self, live: _Live, exc: Exception) -> None:
         error = exc if isinstance(exc, EngineError) else StreamFailed(f"{type(exc).__name__}: {exc}")

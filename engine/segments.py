@@ -106,3 +106,25 @@ class SegmentQueue:
     @property
     def head(self) -> Segment | None:
         return self.segments[0] if self.segments else None
+
+    def finish_head(self) -> bool:
+        """The head segment's talker sequence is over (after `segment.frames` frames). Text it did not reach
+        moves to a new head segment (a new talker sequence). Returns the `flushed` to report for it:
+        False while text of a flush remains, so the flush is reported once its last audio is out."""
+        segment = self.segments.popleft()
+        index = segment.start + segment.frames
+        left = [t for t in segment.tokens[index:] if t is not None]
+        if left or not segment.complete:
+            rest = Segment(
+                [*self.ref_ids, *(t.id for t in left)],
+                [*[None] * len(self.ref_ids), *left],
+                body=len(left),
+            )
+            if segment.complete:
+                rest.seq.append(self.eos_id)
+                rest.tokens.append(None)
+                rest.complete, rest.flushed = True, segment.flushed
+            if rest.body:
+                self.segments.appendleft(rest)
+                return False
+        return segment.flushed
