@@ -59,9 +59,37 @@ class StreamOptions:
             raise InvalidOptions(f"lookahead_tokens must be >= 1, got {self.lookahead_tokens}")
 
 
+BACKENDS = ("torch", "vllm")
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """The vllm backend's settings (`backend: vllm`); see docs/deployment.md."""
+
+    max_num_seqs: int | None = None  # talker sequences vLLM batches; None: max_streams
+    kv_cache_gib: float | None = None  # KV cache size; None: vLLM sizes it from gpu_memory_utilization
+    gpu_memory_utilization: float = 0.6  # share of the GPU for vLLM (the codec decoder needs the rest)
+    enforce_eager: bool = False  # no CUDA graphs (always eager on CPU)
+    block_size: int | None = None  # KV block size; None: vLLM's default (CPU needs a multiple of 32)
+    num_blocks: int | None = None  # force the KV cache to this many blocks (tests force preemption)
+    data_parallel_size: int = 1  # talker replicas inside this process's vLLM (one GPU each)
+    waiting_timeout_s: float = 30.0  # a stream waiting for text this long gives up its KV cache
+
+    def __post_init__(self) -> None:
+        if self.waiting_timeout_s <= 0:
+            raise InvalidOptions(f"vllm.waiting_timeout_s must be > 0, got {self.waiting_timeout_s}")
+        if self.data_parallel_size < 1:
+            raise InvalidOptions(f"vllm.data_parallel_size must be >= 1, got {self.data_parallel_size}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise InvalidOptions(
+                f"vllm.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     model: str = "tiny"  # checkpoint folder, Hugging Face repo id, or 'tiny'
+    backend: str = "torch"  # who runs the talker: "torch" (in process) or "vllm"
     device: str = "cpu"
     dtype: str = "float32"
     max_streams: int = 8  # stream slots: KV caches and decoder states are allocated for this many
@@ -73,8 +101,11 @@ class EngineConfig:
     fuse_kernels: bool = True  # on CUDA, torch.compile the layers' elementwise pieces (engine.pointwise)
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
+    vllm: VllmSettings = field(default_factory=VllmSettings)
 
     def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise InvalidOptions(f"unknown backend {self.backend!r}; allowed: {', '.join(BACKENDS)}")
         if self.max_streams < 1:
             raise InvalidOptions(f"max_streams must be >= 1, got {self.max_streams}")
         if self.kv_length < 64:
@@ -95,6 +126,8 @@ class EngineConfig:
         values = dict(data)
         if "segments" in values:
             values["segments"] = SegmentPolicy(**values["segments"])
+        if "vllm" in values:
+            values["vllm"] = _section(VllmSettings, "vllm", values["vllm"])
         if "chunks" in values:
             chunks = dict(values["chunks"])
             if "frames" in chunks:
@@ -112,3 +145,15 @@ class EngineConfig:
         data = dict(profile.get("engine", {}))
         data.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_dict(data)
+
+
+def _section(cls: type, name: str, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise InvalidOptions(f"engine setting {name!r} must be a mapping")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InvalidOptions(
+            f"unknown {name} settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
+        )
+    return cls(**data)

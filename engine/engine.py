@@ -15,7 +15,7 @@ import itertools
 import logging
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,9 +29,13 @@ from voicewire.engine.prompt import Voice, check_voice
 from voicewire.engine.scheduler import Scheduler
 from voicewire.engine.stream import SAMPLE_RATE, Stream
 
+if TYPE_CHECKING:
+    from voicewire.engine.vllm.scheduler import VllmScheduler
+
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05  # the scheduler sleeps this long at most when no stream can step
+VLLM_START_TIMEOUT_S = 900.0
 
 
 class Engine:
@@ -44,24 +48,38 @@ class Engine:
             pointwise.enable_fusion()  # before any graph is captured
         graphs = self.config.cuda_graphs and model.device.type == "cuda"
         self.decoder_stage = DecoderStage(model.decoder, self.config.max_streams, self.config.chunks, graphs)
-        self.scheduler = Scheduler(
-            model.parts(),
-            self.config,
-            self.decoder_stage,
-            max_ahead_samples=int(self.config.max_buffered_seconds * SAMPLE_RATE),
-        )
+        max_ahead = int(self.config.max_buffered_seconds * SAMPLE_RATE)
         self._ids = itertools.count(1)
         self._wake_event = threading.Event()
         self._stop = threading.Event()
         self._error: BaseException | None = None
+        self.scheduler: Scheduler | VllmScheduler
+        if self.config.backend == "vllm":
+            from voicewire.engine.vllm.scheduler import VllmScheduler
+
+            self.scheduler = VllmScheduler(
+                model.parts(), model.folder, self.config, self.decoder_stage, max_ahead
+            )
+            talker = threading.Thread(
+                target=self.scheduler.run, args=(self._stop,), name="voicewire-vllm", daemon=True
+            )
+        else:
+            self.scheduler = Scheduler(model.parts(), self.config, self.decoder_stage, max_ahead)
+            talker = threading.Thread(target=self._run_scheduler, name="voicewire-scheduler", daemon=True)
         self._threads = [
-            threading.Thread(target=self._run_scheduler, name="voicewire-scheduler", daemon=True),
+            talker,
             threading.Thread(
                 target=self.decoder_stage.run, args=(self._stop,), name="voicewire-decoder", daemon=True
             ),
         ]
         for thread in self._threads:
             thread.start()
+        if not isinstance(self.scheduler, Scheduler):
+            try:
+                self.scheduler.wait_ready(VLLM_START_TIMEOUT_S)
+            except BaseException:
+                self.close()
+                raise
 
     @classmethod
     def from_config(cls, config: EngineConfig | str | Path | None = None, **overrides: Any) -> Engine:
@@ -136,7 +154,10 @@ class Engine:
         return stream
 
     def _wake(self) -> None:
-        self._wake_event.set()
+        if isinstance(self.scheduler, Scheduler):
+            self._wake_event.set()
+        else:
+            self.scheduler.wake()
 
     def _run_scheduler(self) -> None:
         device = self.model.device

@@ -60,7 +60,7 @@ DIALECT_SPEAKERS = {"eric": "sichuan_dialect", "dylan": "beijing_dialect"}
 # (talker hidden, talker mlp, talker layers, heads, kv heads, head_dim, text hidden,
 #  predictor hidden, predictor mlp, predictor layers)
 _TALKER_SHAPES = {
-    "tiny": (64, 128, 2, 4, 2, 16, 32, 48, 96, 2),
+    "tiny": (64, 128, 2, 4, 2, 32, 32, 48, 96, 2),  # head_dim 32: the smallest vLLM CPU attention runs
     "0.6b": (1024, 3072, 28, 16, 8, 128, 2048, 1024, 3072, 5),
     "1.7b": (2048, 6144, 28, 16, 8, 128, 2048, 1024, 3072, 5),
 }
@@ -343,10 +343,14 @@ def make_checkpoint(folder: str | Path, variant: str, size: str = "tiny", seed: 
     return folder
 
 
+def cache_root() -> Path:
+    """Where generated files live: $VOICEWIRE_CACHE, or ~/.cache/voicewire."""
+    return Path(os.environ.get("VOICEWIRE_CACHE", Path.home() / ".cache" / "voicewire"))
+
+
 def random_checkpoint(variant: str = "custom_voice", size: str = "tiny") -> Path:
     """A random checkpoint, made once (seeded, so always the same) under the cache folder."""
-    root = Path(os.environ.get("VOICEWIRE_CACHE", Path.home() / ".cache" / "voicewire"))
-    folder = root / f"{size}-{variant}-v1"
+    folder = cache_root() / f"{size}-{variant}-v2"
     if not (folder / ".complete").exists():
         make_checkpoint(folder, variant, size, seed=0)
         (folder / ".complete").touch()

@@ -127,5 +127,7 @@ class GpuTalkerWorker(Worker):
 
     def _make_model_runner(self) -> GPUModelRunner:
         if self.use_v2_model_runner:
-            raise RuntimeError("the voicewire talker runs on the V1 model runner: set VLLM_USE_V2_MODEL_RUNNER=0")
+            raise RuntimeError(
+                "the voicewire talker runs on the V1 model runner: set VLLM_USE_V2_MODEL_RUNNER=0"
+            )
         return GpuTalkerRunner(self.vllm_config, self.device)

@@ -154,7 +154,9 @@ class SequenceState:
 def embed_positions(talker: Talker, rows: list[tuple[SequenceState, int]]) -> Tensor:
     """Input rows [N, H] for (sequence, position) pairs, in order."""
     device = talker.codec_head.weight.device
-    out = torch.empty(len(rows), talker.cfg.decoder.hidden_size, device=device, dtype=talker.codec_head.weight.dtype)
+    out = torch.empty(
+        len(rows), talker.cfg.decoder.hidden_size, device=device, dtype=talker.codec_head.weight.dtype
+    )
     frame_at, frame_codes, frame_text = [], [], []
     for i, (state, position) in enumerate(rows):
         if position < state.prompt_length:
@@ -201,7 +203,9 @@ class FrameDrawer:
         suppress = torch.tensor([s.spec.suppress_eos for s in states], device=self.device)
         no_eos = (suppress | (index < MIN_FRAMES))[:, None] & self.eos_only
         seed = torch.tensor([s.spec.seed for s in states], dtype=torch.long, device=self.device)
-        rounds = torch.tensor([s.spec.round_base for s in states], dtype=torch.long, device=self.device) + index
+        rounds = (
+            torch.tensor([s.spec.round_base for s in states], dtype=torch.long, device=self.device) + index
+        )
         talker_params = _row_sampling([s.spec.talker for s in states], self.device)
         predictor_params = _row_sampling([s.spec.predictor for s in states], self.device)
         any_sampling = any(s.spec.talker[0] or s.spec.predictor[0] for s in states)

@@ -21,8 +21,6 @@ from vllm.model_executor.models.utils import maybe_prefix
 from voicewire.engine import checkpoint
 from voicewire.engine.talker import Talker, TalkerConfig
 
-ARCHITECTURE = "VoicewireQwen3TTSTalker"
-
 
 class VllmTalker(nn.Module):
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
@@ -34,9 +32,7 @@ class VllmTalker(nn.Module):
         # Our talker without its decoder layers: embeddings, text projection, codec head, code predictor.
         self.parts = Talker(dataclasses.replace(cfg, decoder=dataclasses.replace(cfg.decoder, num_layers=0)))
         max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
-        self.register_buffer(
-            "input_rows", torch.zeros(max_tokens, cfg.decoder.hidden_size), persistent=False
-        )
+        self.register_buffer("input_rows", torch.zeros(max_tokens, cfg.decoder.hidden_size), persistent=False)
         self.sampled_hidden: Tensor | None = None
 
     def embed_input_ids(self, input_ids: Tensor) -> Tensor:
