@@ -80,7 +80,7 @@ def _serve(args: argparse.Namespace) -> int:
     from voicewire.server.app import create_app
     from voicewire.server.config import ServerConfig
 
-    overrides = {"model": args.model, "device": args.device, "dtype": args.dtype}
+    overrides = {"model": args.model, "device": args.device, "dtype": args.dtype, "backend": args.backend}
     if args.config:
         engine_config = EngineConfig.from_yaml(args.config, **overrides)
     else:
@@ -310,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument("--device", help="cpu, cuda or cuda:N")
     serve.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
+    serve.add_argument(
+        "--backend", choices=["torch", "vllm"], help="who runs the talker: torch (in process, default) or vllm"
+    )
     serve.set_defaults(func=_serve)
 
     say = sub.add_parser("say", help="speak text through a running server (the Python client)")

@@ -41,6 +41,8 @@ class TalkerRunnerMixin:
         result = super()._update_states(scheduler_output)  # type: ignore[misc]
         for req_id in scheduler_output.finished_req_ids:
             self.sequences.pop(req_id, None)
+        for req_id in scheduler_output.preempted_req_ids or ():
+            log.warning("request %s was preempted: it resumes by recomputing its frame history", req_id)
         for req_id, request in self.requests.items():  # type: ignore[attr-defined]
             extra = request.sampling_params.extra_args if request.sampling_params else None
             state = self.sequences.get(req_id)

@@ -188,6 +188,12 @@ class VllmScheduler:
     def used_slots(self) -> int:
         return self.live_streams
 
+    @property
+    def requests_in_flight(self) -> int:
+        """vLLM requests not yet finished or aborted (each holds KV while it runs or waits)."""
+        llm = self._llm
+        return 0 if llm is None else llm.get_num_unfinished_requests()
+
     # --- the vLLM thread -----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
@@ -218,6 +224,7 @@ class VllmScheduler:
             for live in list(self._live):
                 await self._release(live, "error", StreamFailed("the engine was closed"))
             self._llm.shutdown()
+            self._llm = None
 
     async def _round(self) -> None:
         with self._lock:
