@@ -311,7 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--device", help="cpu, cuda or cuda:N")
     serve.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     serve.add_argument(
-        "--backend", choices=["torch", "vllm"], help="who runs the talker: torch (in process, default) or vllm"
+        "--backend",
+        choices=["torch", "vllm"],
+        help="who runs the talker: torch (in process, default) or vllm",
     )
     serve.set_defaults(func=_serve)
 

@@ -60,7 +60,6 @@ def run_vllm(script: str, *args: str, timeout: float = 900) -> tuple[dict, str]:
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         TOKENIZERS_PARALLELISM="false",
-        VLLM_CPU_KVCACHE_SPACE="1",
         VLLM_LOGGING_LEVEL="INFO",
     )
     env.pop("PYTHONPATH", None)

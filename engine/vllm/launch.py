@@ -20,6 +20,7 @@ from voicewire.engine.tiny import cache_root
 from voicewire.engine.vllm import ARCHITECTURE
 
 CPU_BLOCK_SIZE = 32  # vLLM's CPU attention needs a multiple of 32
+CPU_KV_GIB = 1.0  # on CPU, vLLM would otherwise reserve most of the machine's memory
 
 
 def talker_hf_config(config: dict[str, Any], max_positions: int, dtype: str) -> dict[str, Any]:
@@ -62,8 +63,6 @@ def engine_args(model_dir: Path, config: EngineConfig) -> dict[str, Any]:
     settings = config.vllm
     on_cpu = config.device == "cpu"
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"  # the runner hooks are written for the V1 runner
-    if on_cpu and settings.kv_cache_gib is not None:
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
     args: dict[str, Any] = {
         "model": str(model_dir),
         "hf_config_path": str(write_hf_config(model_dir, config)),
@@ -85,8 +84,9 @@ def engine_args(model_dir: Path, config: EngineConfig) -> dict[str, Any]:
         "num_gpu_blocks_override": settings.num_blocks,
         "disable_log_stats": True,
     }
+    kv_gib = settings.kv_cache_gib if settings.kv_cache_gib is not None or not on_cpu else CPU_KV_GIB
+    if kv_gib is not None:
+        args["kv_cache_memory_bytes"] = int(kv_gib * 2**30)
     if not on_cpu:
         args["gpu_memory_utilization"] = settings.gpu_memory_utilization
-        if settings.kv_cache_gib is not None:
-            args["kv_cache_memory_bytes"] = int(settings.kv_cache_gib * 2**30)
     return args

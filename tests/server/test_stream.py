@@ -3,6 +3,7 @@
 import asyncio
 import json
 import urllib.request
+from collections.abc import Iterator
 
 import numpy as np
 import opuslib
@@ -10,8 +11,11 @@ import pytest
 import soxr
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from tests.server.conftest import RunningServer, running_server, vllm_server
 from tests.server.wsclient import JSON, MSGPACK, WireClient
-from voicewire.engine.model import SynthesisRequest
+from voicewire.engine import Engine
+from voicewire.engine.model import Qwen3TTS, SynthesisRequest
+from voicewire.server.config import ServerConfig
 from voicewire.server.encoder import mulaw_decode
 
 TEXT = "Hello there, this is a test of the voice. How are you today?"
@@ -34,13 +38,28 @@ async def _speak(client: WireClient, context: str, text: str) -> tuple[dict, lis
     return await client.until(lambda m: m["type"] in ("done", "error") and m.get("context_id") == context)
 
 
+@pytest.fixture(scope="module", params=["torch", "vllm"])
+def server(request, tiny_models, tmp_path_factory) -> Iterator[RunningServer]:
+    """The server in process on the torch backend, and `voicewire serve --backend vllm` in the vLLM
+    virtualenv: every test below runs against both."""
+    config = ServerConfig(max_contexts=3, max_text_chars=500, max_message_bytes=4096, send_queue=4096)
+    if request.param == "torch":
+        with running_server(tiny_models["custom_voice"], config) as running:
+            yield running
+    else:
+        with vllm_server(config, tmp_path_factory.mktemp("vllm-server")) as running:
+            yield running
+
+
 @pytest.fixture(scope="module")
-def reference(tiny_models) -> np.ndarray:
-    """The engine's own PCM (24 kHz) for TEXT: the same greedy codes the server makes."""
+def reference(server: RunningServer) -> np.ndarray:
+    """The engine's own PCM (24 kHz) for TEXT, from the server's checkpoint (the built-in tiny one
+    for the vllm server) in process: the same greedy codes the server makes."""
     request = SynthesisRequest(
         text=TEXT, speaker="vivian", language="english", layout="dual_track", greedy=True, max_frames=FRAMES
     )
-    return tiny_models["custom_voice"].synthesize(request).audio
+    model = server.engine.model if isinstance(server.engine, Engine) else Qwen3TTS.load("tiny")
+    return model.synthesize(request).audio
 
 
 @pytest.mark.parametrize("subprotocol", [MSGPACK, JSON])
@@ -163,9 +182,6 @@ def test_health_and_ready(server) -> None:
 
 
 def test_an_idle_socket_is_closed(tiny_models) -> None:
-    from tests.server.conftest import running_server
-    from voicewire.server.config import ServerConfig
-
     async def run(url: str):
         client = await WireClient.open(url)
         await client.start(voice={"speaker": "vivian"})

@@ -105,7 +105,13 @@ def codes(variant: str, **vllm: object) -> dict:
 
 def cancel_wait() -> dict:
     config = EngineConfig.from_dict(
-        {"model": "tiny", "backend": "vllm", "max_streams": 4, "kv_length": 256, "vllm": {"waiting_timeout_s": 1.0}}
+        {
+            "model": "tiny",
+            "backend": "vllm",
+            "max_streams": 4,
+            "kv_length": 256,
+            "vllm": {"waiting_timeout_s": 1.0},
+        }
     )
     with Engine.from_config(config) as engine:
         scheduler = engine.scheduler
@@ -117,10 +123,11 @@ def cancel_wait() -> dict:
             cancelled = engine.open_stream(voice, StreamOptions(greedy=True, max_frames=2000))
             cancelled.push_text(TEXT * 3)
             cancelled.end()
-            chunks = 0
+            chunks, in_flight = 0, 0
             async for _ in cancelled:
                 chunks += 1
                 if chunks == 3:
+                    in_flight = scheduler.requests_in_flight
                     cancelled.cancel()
             cancel_result = await cancelled.wait()
             t0 = time.monotonic()
@@ -143,6 +150,7 @@ def cancel_wait() -> dict:
                 "wait_error": error,
                 "wait_frames": wait_result.frames,
                 "waited_s": waited,
+                "in_flight_at_cancel": in_flight,
                 "requests_in_flight": scheduler.requests_in_flight,
                 "live_streams": engine.live_streams,
             }
