@@ -11,8 +11,13 @@ CONFIGS = Path(__file__).parents[2] / "configs"
 
 @pytest.mark.parametrize("profile", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_profile_loads(profile: Path) -> None:
+    from voicewire.server.config import ServerConfig
+
     config = EngineConfig.from_yaml(profile)
     assert config.max_streams >= 1 and config.kv_length >= 256
+    assert ServerConfig.from_yaml(profile).port == 8000
+    if profile.name.startswith("vllm-"):
+        assert config.backend == "vllm" and config.device == "cuda"
     assert isinstance(config.segments, SegmentPolicy) and isinstance(config.chunks, ChunkSchedule)
     assert config.chunks.first_frames <= 2  # a small first chunk by default
 
@@ -50,3 +55,4 @@ def test_from_config_takes_a_config_with_overrides() -> None:
     ) as engine:
         assert engine.config.max_streams == 2 and engine.config.kv_length == 128
         assert engine.config.segments == SegmentPolicy(10, 20) and engine.used_slots == 0
+

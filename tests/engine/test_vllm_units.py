@@ -142,3 +142,20 @@ def test_vllm_sees_the_talker_as_a_qwen3_decoder(tiny_checkpoints) -> None:
     assert (hf["hidden_size"], hf["num_hidden_layers"], hf["head_dim"], hf["vocab_size"]) == (64, 2, 32, 3072)
     assert hf["rope_parameters"] == {"rope_type": "default", "rope_theta": talker["rope_theta"]}
     assert hf["max_position_embeddings"] == 512 and hf["talker_config"] == talker
+
+
+def test_engine_args_for_cpu_and_cuda(tiny_checkpoints) -> None:
+    from voicewire.engine.config import EngineConfig
+    from voicewire.engine.vllm.launch import engine_args
+
+    folder = tiny_checkpoints["custom_voice"]
+    cpu = engine_args(folder, EngineConfig(backend="vllm", max_streams=4, kv_length=160))
+    assert cpu["worker_cls"].endswith("CpuTalkerWorker") and cpu["enforce_eager"] and cpu["block_size"] == 32
+    assert cpu["kv_cache_memory_bytes"] == 2**30 and "gpu_memory_utilization" not in cpu
+    assert (cpu["max_model_len"], cpu["max_num_seqs"], cpu["model"]) == (160, 4, str(folder))
+    assert not cpu["enable_prefix_caching"] and not cpu["async_scheduling"]
+    config = EngineConfig.from_yaml("configs/vllm-2gpu.yaml", model=str(folder))
+    gpu = engine_args(folder, config)
+    assert gpu["worker_cls"].endswith("GpuTalkerWorker") and not gpu["enforce_eager"]
+    assert gpu["data_parallel_size"] == 2 and gpu["gpu_memory_utilization"] == 0.6
+    assert "kv_cache_memory_bytes" not in gpu and gpu["block_size"] is None and gpu["dtype"] == "bfloat16"
