@@ -55,4 +55,3 @@ def test_from_config_takes_a_config_with_overrides() -> None:
     ) as engine:
         assert engine.config.max_streams == 2 and engine.config.kv_length == 128
         assert engine.config.segments == SegmentPolicy(10, 20) and engine.used_slots == 0
-
