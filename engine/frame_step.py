@@ -11,14 +11,20 @@ inputs and outputs live in static buffers, and a step costs one small copy in an
 from __future__ import annotations
 
 import logging
-import random
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from voicewire.engine import cuda_graphs
-from voicewire.engine.sampling import RowSampling, SamplingParams, apply_repetition_penalty, mask_ids, sample
+from voicewire.engine.sampling import (
+    RowSampling,
+    SamplingParams,
+    apply_repetition_penalty,
+    mask_ids,
+    resolve_seed,
+    sample,
+)
 from voicewire.engine.talker import Talker, TalkerConfig
 
 log = logging.getLogger(__name__)
@@ -154,7 +160,7 @@ class FrameStepper:
         self.predictor_sampling.set(slot, options.predictor)
         self.penalty[slot] = options.repetition_penalty
         self.suppress_eos[slot] = options.suppress_eos
-        self.seed[slot] = random.getrandbits(63) if seed is None else seed & (2**63 - 1)
+        self.seed[slot] = resolve_seed(seed)
         self.rounds[slot] = 0
         self.samples[slot] = options.samples
 

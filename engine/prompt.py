@@ -48,11 +48,10 @@ class Voice:
     ref_text: str | None = None  # Base in-context: transcript of the reference audio
 
 
-# Codec-track entries of a prompt row besides plain codec ids (>= 0).
-NO_CODEC = -1  # a text-only row
+# Entries of a prompt row besides plain ids (>= 0).
+NO_CODEC = -1  # a text-only row (text entries are never negative)
 XVECTOR = -2  # the voice's speaker embedding
 REF_FRAME = -3  # REF_FRAME - j: the summed embeddings of reference frame j (in-context cloning)
-NO_TEXT = -1  # a codec-only row
 
 
 @dataclass
@@ -244,9 +243,8 @@ def segment_rows(voice: VoicePrompt, seq: list[int], layout: str) -> tuple[Rows,
     `k` are its text track."""
     if layout == "non_streaming":
         last = [voice.codec_bos] if not voice.ref_frames else voice.ref_codec
-        return Rows(list(seq), [voice.codec_pad] * len(seq)) + Rows([voice.text_pad] * len(last), last), len(
-            seq
-        )
+        text = Rows(list(seq), [voice.codec_pad] * len(seq))
+        return text + Rows([voice.text_pad] * len(last), last), len(seq)
     if not voice.ref_frames:
         return Rows([seq[0]], [voice.codec_bos]), 1
     head = voice.ref_codec

@@ -9,6 +9,7 @@ batch or device, and the whole draw is fixed-shape tensor work that a CUDA graph
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import torch
@@ -105,6 +106,11 @@ def _filter(logits: Tensor, params: RowSampling) -> Tensor:
     remove = (cumulative <= (1 - params.top_p)[:, None]) & (params.top_p < 1.0)[:, None]
     remove[..., -1:] = False
     return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+
+
+def resolve_seed(seed: int | None) -> int:
+    """A stream's noise seed: its own (folded to 63 bits), or a random one."""
+    return random.getrandbits(63) if seed is None else seed & (2**63 - 1)
 
 
 _MASK32 = 0xFFFFFFFF

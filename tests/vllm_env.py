@@ -6,13 +6,11 @@ scripts in tests/vllm/ run under this interpreter with voicewire installed from 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import subprocess
 from pathlib import Path
 
-from tests.oracle_env import _cache_root
+from tests.venvs import run_script, run_steps, venv_folder
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).parent / "vllm"
@@ -27,8 +25,7 @@ def vllm_python() -> Path:
     """The interpreter of the vLLM virtualenv, building it if needed, with voicewire installed from
     this checkout (editable, so it runs the code under test)."""
     global _pointed
-    key = hashlib.sha256("\n".join([VLLM, *UNWANTED]).encode()).hexdigest()[:12]
-    venv = _cache_root() / f"vllm-venv-{key}"
+    venv = venv_folder("vllm", [VLLM, *UNWANTED])
     python = venv / "bin" / "python"
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     stamp = venv / ".complete"
@@ -44,33 +41,16 @@ def vllm_python() -> Path:
         ]
     if not _pointed:
         steps.append([*pip, "--no-deps", "-e", str(REPO)])
-    for cmd in steps:
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"building the vLLM venv failed at {' '.join(cmd)}:\n{done.stderr[-4000:]}")
+    run_steps("vLLM", steps)
     stamp.touch()
     _pointed = True
     return python
 
 
 def run_vllm(script: str, *args: str, timeout: float = 900) -> tuple[dict, str]:
-    """Run tests/vllm/<script> under the vLLM interpreter; returns (its JSON on stdout, its stderr)."""
-    env = dict(
-        os.environ,
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-        VLLM_LOGGING_LEVEL="INFO",
+    """Run tests/vllm/<script> under the vLLM interpreter; returns (the JSON of its last stdout line,
+    its stderr). vLLM logs to stdout as well."""
+    done = run_script(
+        vllm_python(), SCRIPTS / script, *args, timeout=timeout, env={"VLLM_LOGGING_LEVEL": "INFO"}, cwd=REPO
     )
-    env.pop("PYTHONPATH", None)
-    done = subprocess.run(
-        [str(vllm_python()), str(SCRIPTS / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=REPO,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"vllm script {script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-8000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr

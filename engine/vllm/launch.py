@@ -16,6 +16,7 @@ from typing import Any
 
 from voicewire.engine import checkpoint
 from voicewire.engine.config import EngineConfig
+from voicewire.engine.layers import DecoderConfig
 from voicewire.engine.tiny import cache_root
 from voicewire.engine.vllm import ARCHITECTURE
 
@@ -26,18 +27,19 @@ CPU_KV_GIB = 1.0  # on CPU, vLLM would otherwise reserve most of the machine's m
 def talker_hf_config(config: dict[str, Any], max_positions: int, dtype: str) -> dict[str, Any]:
     """The Qwen3 config vLLM builds the talker's decoder from (`config`: the checkpoint's config.json)."""
     talker = config["talker_config"]
+    decoder = DecoderConfig.from_dict(talker)  # our own reading, defaults included
     return {
         "architectures": [ARCHITECTURE],
         "model_type": "qwen3",
-        "hidden_size": talker["hidden_size"],
-        "intermediate_size": talker["intermediate_size"],
-        "num_hidden_layers": talker["num_hidden_layers"],
-        "num_attention_heads": talker["num_attention_heads"],
-        "num_key_value_heads": talker["num_key_value_heads"],
-        "head_dim": talker.get("head_dim") or talker["hidden_size"] // talker["num_attention_heads"],
-        "rms_norm_eps": talker.get("rms_norm_eps", 1e-6),
+        "hidden_size": decoder.hidden_size,
+        "intermediate_size": decoder.intermediate_size,
+        "num_hidden_layers": decoder.num_layers,
+        "num_attention_heads": decoder.num_heads,
+        "num_key_value_heads": decoder.num_kv_heads,
+        "head_dim": decoder.head_dim,
+        "rms_norm_eps": decoder.rms_norm_eps,
         # The checkpoint's multimodal RoPE has three equal position rows here: plain RoPE.
-        "rope_parameters": {"rope_type": "default", "rope_theta": talker.get("rope_theta", 10000.0)},
+        "rope_parameters": {"rope_type": "default", "rope_theta": decoder.rope_theta},
         "max_position_embeddings": max_positions,
         "vocab_size": talker["vocab_size"],
         "hidden_act": "silu",

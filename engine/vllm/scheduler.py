@@ -20,12 +20,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import random
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from voicewire.engine.config import EngineConfig
 from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
 from voicewire.engine.frame_step import MIN_FRAMES, GenerationOptions
 from voicewire.engine.prompt import VoicePrompt, build_voice_prompt, segment_can_start, segment_rows
+from voicewire.engine.sampling import resolve_seed
 from voicewire.engine.scheduler import FrameSink, ModelParts
 from voicewire.engine.segments import Segment, SegmentQueue, TrackEntry
 from voicewire.engine.stream import Mark, Stream
@@ -62,10 +62,10 @@ class FrameCollector(RequestOutputCollector):
 
     rows: deque[torch.Tensor]
     error: BaseException | None
-    on_output: object
+    on_output: Callable[[], None]
 
     @classmethod
-    def adopt(cls, collector: RequestOutputCollector, on_output: object) -> FrameCollector:
+    def adopt(cls, collector: RequestOutputCollector, on_output: Callable[[], None]) -> FrameCollector:
         collector.__class__ = cls
         assert isinstance(collector, FrameCollector)
         collector.rows, collector.error, collector.on_output = deque(), None, on_output
@@ -76,7 +76,7 @@ class FrameCollector(RequestOutputCollector):
             self.error = output
         elif isinstance(output, PoolingRequestOutput):
             self.rows.append(output.outputs.data)
-        self.on_output()  # type: ignore[operator]
+        self.on_output()
 
 
 @dataclass(eq=False)
@@ -147,7 +147,6 @@ class VllmScheduler:
 
     def submit(self, stream: Stream, options: GenerationOptions, lookahead: int) -> None:
         segments = SegmentQueue([], self.parts.text_ids.tts_eos, self.config.segments)
-        seed = stream.options.seed
         with self._lock:
             if self._error is not None:
                 raise RuntimeError("the vLLM talker stopped") from self._error
@@ -155,13 +154,7 @@ class VllmScheduler:
                 raise EngineFull(f"all {self.config.max_streams} stream slots are in use")
             self._reserved += 1
             self._incoming.append(
-                _Live(
-                    stream,
-                    options,
-                    lookahead,
-                    segments,
-                    random.getrandbits(63) if seed is None else seed & (2**63 - 1),
-                )
+                _Live(stream, options, lookahead, segments, resolve_seed(stream.options.seed))
             )
         self.wake()
 
@@ -230,14 +223,14 @@ class VllmScheduler:
         with self._lock:
             incoming, self._incoming = self._incoming, []
         for live in incoming:
-            self._admit(live)
+            await self._admit(live)
         for live in list(self._live):
             try:
                 await self._service(live)
             except Exception as exc:
                 await self._fail(live, exc)
 
-    def _admit(self, live: _Live) -> None:
+    async def _admit(self, live: _Live) -> None:
         self._live.append(live)
         parts = self.parts
         voice = live.stream.voice
@@ -246,12 +239,7 @@ class VllmScheduler:
                 parts.talker, parts.tokenizer, parts.text_ids, voice, parts.variant, parts.model_size
             )
         except Exception as exc:
-            live.voice = None
-            live.released = True
-            self._live.remove(live)
-            self._free()
-            error = StreamFailed(f"{type(exc).__name__}: {exc}")
-            self.sink.drop(live.stream, "error", 0, 0, error)
+            await self._fail(live, exc)
             return
         live.segments.ref_ids = live.voice.ref_ids
         self.sink.open(live.stream, voice.ref_codes)
@@ -396,6 +384,7 @@ class VllmScheduler:
         )
         request_id = f"vw-{live.stream.id}-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
         assert self._llm is not None
+        # The request-level params only pass vLLM's checks: every chunk brings its own.
         collector = await self._llm.add_request(request_id, _chunks(chunks), self._params(1, {}))
         live.request = _Request(
             request_id,
@@ -464,9 +453,6 @@ class VllmScheduler:
             self.sink.close(live.stream, reason, live.frames, 0)
         else:
             self.sink.drop(live.stream, reason, live.frames, 0, error)
-        self._free()
-
-    def _free(self) -> None:
         with self._lock:
             self._reserved -= 1
 

@@ -117,6 +117,7 @@ class SequenceState:
     frames: list[list[int]] = field(default_factory=list)
     ended: bool = False  # EOS or non-finite logits: later positions are never read
     prompt_rows: Tensor | None = None  # [T, H], embedded on first use
+    seen: Tensor | None = None  # [V] bool: the codes 0 drawn so far (repetition penalty), on first draw
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> SequenceState:
@@ -195,10 +196,10 @@ class FrameDrawer:
         n = len(states)
         cfg = self.talker.cfg
         index = torch.tensor([len(s.frames) for s in states], dtype=torch.long, device=self.device)
-        seen = torch.zeros(n, cfg.vocab_size, dtype=torch.bool, device=self.device)
-        for row, state in enumerate(states):
-            if state.frames:
-                seen[row, torch.tensor([f[0] for f in state.frames], device=self.device)] = True
+        for state in states:
+            if state.seen is None:
+                state.seen = torch.zeros(cfg.vocab_size, dtype=torch.bool, device=self.device)
+        seen = torch.stack([s.seen for s in states])  # type: ignore[misc]
         penalty = torch.tensor([s.spec.repetition_penalty for s in states], device=self.device)
         suppress = torch.tensor([s.spec.suppress_eos for s in states], device=self.device)
         no_eos = (suppress | (index < MIN_FRAMES))[:, None] & self.eos_only
@@ -232,6 +233,7 @@ class FrameDrawer:
         for state, row in zip(states, out.tolist(), strict=True):
             if row[1] == FRAME:
                 state.frames.append(row[2:])
+                state.seen[row[2]] = True  # type: ignore[index]
             else:
                 state.ended = True
         return out

@@ -1,0 +1,52 @@
+"""Virtualenvs of their own for tools that cannot share ours (the official qwen-tts, vLLM's CPU
+build): built once under the cache folder, keyed by what they install, and scripts run in them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+from voicewire.engine.tiny import cache_root
+
+# Tests never reach a hub; tokenizers' thread pool only adds noise to two cores.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def venv_folder(name: str, requirements: list[str]) -> Path:
+    """Where the virtualenv for `requirements` lives (a new folder when they change)."""
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+    return cache_root() / f"{name}-venv-{key}"
+
+
+def run_steps(what: str, steps: list[list[str]]) -> None:
+    """Run build commands in order; the first failure raises with its stderr."""
+    for cmd in steps:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"building the {what} venv failed at {' '.join(cmd)}:\n{done.stderr[-4000:]}")
+
+
+def run_script(
+    python: Path,
+    script: Path,
+    *args: str,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `script` under `python` with the offline environment; a failure raises with both outputs."""
+    environment = {**os.environ, **OFFLINE, **(env or {})}
+    environment.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        [str(python), str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        cwd=cwd,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{script.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
+    return done
