@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05  # the scheduler sleeps this long at most when no stream can step
 VLLM_START_TIMEOUT_S = 900.0
+CLOSE_TIMEOUT_S = 30.0
 
 
 class Engine:
@@ -174,11 +175,12 @@ class Engine:
             self._error = exc
 
     def close(self) -> None:
-        """Stop both threads. Open streams get no more audio."""
+        """Stop both threads. Open streams get no more audio. On the vllm backend this includes
+        stopping vLLM's engine processes (a few seconds), which would otherwise outlive ours."""
         self._stop.set()
         self._wake()
         for thread in self._threads:
-            thread.join(timeout=5)
+            thread.join(timeout=CLOSE_TIMEOUT_S)
 
     def __enter__(self) -> Engine:
         return self

@@ -35,8 +35,10 @@ log = logging.getLogger(__name__)
 WEB = Path(__file__).resolve().parents[1] / "web"
 
 
-def create_app(engine: Engine, config: ServerConfig | None = None) -> Starlette:
-    """An app serving `engine`; the caller owns the engine (and closes it)."""
+def create_app(engine: Engine, config: ServerConfig | None = None, close_engine: bool = False) -> Starlette:
+    """An app serving `engine`. The caller owns the engine, unless `close_engine`: then the app closes
+    it when it shuts down (`voicewire serve`, where uvicorn ends the process by re-raising the
+    signal that stopped it, so the caller's own clean-up never runs)."""
     config = config or ServerConfig()
     executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="voicewire-codec")
     metrics = Metrics()
@@ -123,6 +125,8 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> Starlette:
         app.state.warm = True
         yield
         executor.shutdown(wait=False, cancel_futures=True)
+        if close_engine:
+            await asyncio.to_thread(engine.close)
 
     app = Starlette(
         routes=[

@@ -97,7 +97,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
     engine = Engine.from_config(engine_config)
     try:
-        app = create_app(engine, server_config)
+        app = create_app(engine, server_config, close_engine=True)
         log.info("serving ws://%s:%d/v1/stream", server_config.host, server_config.port)
         if server_config.host not in ("127.0.0.1", "localhost", "::1"):
             log.warning(

@@ -1,5 +1,7 @@
 import contextlib
 import json
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -86,9 +88,25 @@ def vllm_server(config: ServerConfig, folder: Path) -> Iterator[RunningServer]:
                 time.sleep(0.5)
         yield RunningServer(f"ws://127.0.0.1:{port}", http, RemoteEngine(http), config)
     finally:
+        engine_processes = [  # vLLM's engine core and worker name themselves VLLM::...
+            pid for pid in _descendants(process.pid) if b"VLLM::" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
         process.terminate()
         try:
-            process.wait(timeout=30)
+            process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             process.kill()
         log.close()
+    time.sleep(1)
+    outlived = [pid for pid in engine_processes if Path(f"/proc/{pid}").exists()]
+    for pid in outlived:
+        os.kill(pid, signal.SIGKILL)
+    assert engine_processes and not outlived, f"vLLM processes {outlived} outlived the stopped server"
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        for child in (task / "children").read_text().split():
+            found += [int(child), *_descendants(int(child))]
+    return found
