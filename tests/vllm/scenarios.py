@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from voicewire.engine import Engine, EngineConfig, EngineError, StreamOptions
+from voicewire.engine import Engine, EngineConfig, EngineError, StreamClosed, StreamOptions
 from voicewire.engine.tiny import random_checkpoint
 
 TEXT = "Hello there, how are you today? I hope the weather is fine where you are."
@@ -60,16 +60,19 @@ async def _run_stream(engine: Engine, voice, layout: str, how: str, sampling: di
             codes.append(chunk.codes)
 
     reader = asyncio.create_task(read())
-    if how == "once":
-        stream.push_text(TEXT)
-    else:
-        pieces = _pieces(TEXT, 9)
-        for i, piece in enumerate(pieces):
-            stream.push_text(piece)
-            if i == len(pieces) // 2:
-                stream.flush()
-            await asyncio.sleep(PAUSE_S if i % 3 == 0 else 0.02)
-    stream.end()
+    try:
+        if how == "once":
+            stream.push_text(TEXT)
+        else:
+            pieces = _pieces(TEXT, 9)
+            for i, piece in enumerate(pieces):
+                stream.push_text(piece)
+                if i == len(pieces) // 2:
+                    stream.flush()
+                await asyncio.sleep(PAUSE_S if i % 3 == 0 else 0.02)
+        stream.end()
+    except StreamClosed:
+        pass  # it reached max_frames while text was still coming: the rest could not change its codes
     await reader
     result = await stream.wait()
     return {
