@@ -17,6 +17,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from voicewire.engine.layers import StackedLinear, weight_parts
+
 log = logging.getLogger(__name__)
 
 DTYPES: dict[str, torch.dtype] = {
@@ -126,8 +128,7 @@ def load_into(module: nn.Module, tensors: Mapping[str, torch.Tensor], where: str
     Every parameter must be present with the right shape, and every tensor must be used;
     `where` names the file and prefix for the error message.
     """
-    targets = dict(module.named_parameters())
-    targets.update({n: b for n, b in module.named_buffers() if n in module.state_dict()})
+    targets = checkpoint_tensors(module)
     missing = sorted(set(targets) - set(tensors))
     unexpected = sorted(set(tensors) - set(targets))
     wrong_shape = [
@@ -149,6 +150,25 @@ def load_into(module: nn.Module, tensors: Mapping[str, torch.Tensor], where: str
             target.copy_(tensors[name])
     # Inference weights: nothing that writes a model output into a state buffer may drag autograd along.
     module.requires_grad_(False)
+
+
+def checkpoint_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """`module`'s parameters and persistent buffers under their checkpoint names. A `StackedLinear`
+    weight appears as its parts (views into it), so loading into them fills it, and saving them
+    writes the published layout."""
+    persistent = module.state_dict(keep_vars=True).keys()
+    tensors = dict(module.named_parameters())
+    tensors.update({n: b for n, b in module.named_buffers() if n in persistent})
+    for name, sub in module.named_modules():
+        if isinstance(sub, StackedLinear):
+            # Views made without autograd may be written in place (split's views may not otherwise).
+            with torch.no_grad():
+                parts = weight_parts(sub)
+            del tensors[f"{name}.weight"]
+            parent = name.rpartition(".")[0]
+            for part, rows in zip(sub.parts, parts, strict=True):
+                tensors[f"{parent}.{part}.weight" if parent else f"{part}.weight"] = rows
+    return tensors
 
 
 def _listing(items: list[str], limit: int = 8) -> str:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voicewire.engine.checkpoint import CheckpointError, load_into, read_json, read_safetensors, take_prefix
-from voicewire.engine.layers import MLP, LayerScale, RMSNorm
+from voicewire.engine.layers import MLP, LayerScale, RMSNorm, weight_parts
 from voicewire.engine.pointwise import rotate
 
 log = logging.getLogger(__name__)
@@ -435,7 +435,10 @@ def random_init_(module: CodecDecoder, gen: torch.Generator) -> None:
 
     with torch.no_grad():
         for m in module.modules():
-            if isinstance(m, nn.Linear | nn.Conv1d):
+            if isinstance(m, nn.Linear):
+                for weight in weight_parts(m):
+                    normal(weight, (weight[0].numel()) ** -0.5)
+            elif isinstance(m, nn.Conv1d):
                 normal(m.weight, (m.weight[0].numel()) ** -0.5)
             elif isinstance(m, nn.ConvTranspose1d):
                 # Each output sample sums c_in * kernel / stride products.

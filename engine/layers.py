@@ -92,13 +92,34 @@ class RMSNorm(nn.Module):
         return pointwise.rms_norm(x, self.weight, self.eps)
 
 
+class StackedLinear(nn.Linear):
+    """Several bias-free projections of one input as a single GEMM: fewer, larger kernels per step.
+
+    `parts` maps each projection's checkpoint name to its output width, in order. Checkpoints keep
+    the projections apart; `checkpoint.checkpoint_tensors` presents this weight as those parts."""
+
+    def __init__(self, in_features: int, parts: dict[str, int]) -> None:
+        super().__init__(in_features, sum(parts.values()), bias=False)
+        self.parts = dict(parts)
+
+    def split(self, y: Tensor) -> tuple[Tensor, ...]:
+        """The output [..., sum of widths] as one view per part."""
+        return y.split(list(self.parts.values()), dim=-1)
+
+
+def weight_parts(linear: nn.Linear) -> tuple[Tensor, ...]:
+    """A linear's weight as checkpoints hold it: itself, or a StackedLinear's parts (views)."""
+    if isinstance(linear, StackedLinear):
+        return linear.weight.split(list(linear.parts.values()))
+    return (linear.weight,)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: DecoderConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
+        q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        self.qkv_proj = StackedLinear(cfg.hidden_size, {"q_proj": q, "k_proj": kv, "v_proj": kv})
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
@@ -115,16 +136,17 @@ class Attention(nn.Module):
     ) -> Tensor:
         b, t, _ = x.shape
         d = self.cfg.head_dim
+        q, k, v = self.qkv_proj.split(self.qkv_proj(x))
         q, k = pointwise.qk_norm_rope(
-            self.q_proj(x).view(b, t, -1, d),
-            self.k_proj(x).view(b, t, -1, d),
+            q.view(b, t, -1, d),
+            k.view(b, t, -1, d),
             self.q_norm.weight,
             self.k_norm.weight,
             self.q_norm.eps,
             cos,
             sin,
         )
-        v = self.v_proj(x).view(b, t, -1, d).transpose(1, 2)
+        v = v.view(b, t, -1, d).transpose(1, 2)
         # Scatter the new keys/values at each row's own positions: caches are [B, kv, L, d].
         index = positions[:, None, :, None].expand(b, k.shape[1], t, d)
         k_cache.scatter_(2, index, k)
@@ -151,12 +173,11 @@ class MLP(nn.Module):
 
     def __init__(self, hidden: int, intermediate: int) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.gate_up_proj = StackedLinear(hidden, {"gate_proj": intermediate, "up_proj": intermediate})
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(pointwise.silu_mul(self.gate_proj(x), self.up_proj(x)))
+        return self.down_proj(pointwise.silu_mul(*self.gate_up_proj.split(self.gate_up_proj(x))))
 
 
 class LayerScale(nn.Module):
@@ -223,7 +244,8 @@ def scaled_init_(module: nn.Module, gen: torch.Generator) -> None:
     with torch.no_grad():
         for sub in module.modules():
             if isinstance(sub, nn.Linear):
-                sub.weight.copy_(torch.randn(sub.weight.shape, generator=gen) / sub.in_features**0.5)
+                for weight in weight_parts(sub):
+                    weight.copy_(torch.randn(weight.shape, generator=gen) / sub.in_features**0.5)
                 if sub.bias is not None:
                     sub.bias.copy_(0.02 * torch.randn(sub.bias.shape, generator=gen))
             elif isinstance(sub, nn.Embedding):

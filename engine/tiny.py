@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from voicewire.engine.checkpoint import save_tensors, write_json
+from voicewire.engine.checkpoint import checkpoint_tensors, save_tensors, write_json
 
 log = logging.getLogger(__name__)
 
@@ -317,13 +317,13 @@ def make_checkpoint(folder: str | Path, variant: str, size: str = "tiny", seed: 
     write_json(folder / "generation_config.json", GENERATION_CONFIG)
     model = talker.Talker(talker.TalkerConfig.from_dict(cfg["talker_config"]))
     talker.random_init_(model, gen)
-    tensors = _prefixed("talker", model.state_dict())
+    tensors = _prefixed("talker", checkpoint_tensors(model))
     if variant == "base":
         spk = speaker_encoder.SpeakerEncoder(
             speaker_encoder.SpeakerEncoderConfig.from_dict(cfg["speaker_encoder_config"])
         )
         speaker_encoder.random_init_(spk, gen)
-        tensors.update(_prefixed("speaker_encoder", spk.state_dict()))
+        tensors.update(_prefixed("speaker_encoder", checkpoint_tensors(spk)))
     save_tensors(folder / "model.safetensors", tensors)
     text_tokenizer.write_tiny_tokenizer(folder)
 
@@ -337,7 +337,7 @@ def make_checkpoint(folder: str | Path, variant: str, size: str = "tiny", seed: 
     codec_decoder.random_init_(dec, gen)
     save_tensors(
         codec_dir / "model.safetensors",
-        {**_prefixed("encoder", enc.state_dict()), **_prefixed("decoder", dec.state_dict())},
+        {**_prefixed("encoder", checkpoint_tensors(enc)), **_prefixed("decoder", checkpoint_tensors(dec))},
     )
     log.info("wrote a random %s %s checkpoint to %s", size, variant, folder)
     return folder

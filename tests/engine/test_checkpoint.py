@@ -6,6 +6,7 @@ from torch import nn
 
 from voicewire.engine import checkpoint
 from voicewire.engine.checkpoint import CheckpointError
+from voicewire.engine.layers import DecoderConfig, DecoderLayer
 
 
 class _Small(nn.Module):
@@ -99,3 +100,32 @@ def test_dtype_and_device_parsing() -> None:
     assert checkpoint.parse_device("cpu").type == "cpu"
     with pytest.raises(ValueError, match="allowed: cpu, cuda"):
         checkpoint.parse_device("mps")
+
+
+def test_stacked_projections_load_from_and_save_as_separate_tensors() -> None:
+    cfg = DecoderConfig(
+        hidden_size=8, intermediate_size=12, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=4,
+        rms_norm_eps=1e-6, rope_theta=10000.0,
+    )  # fmt: skip
+    layer = DecoderLayer(cfg)
+    names = checkpoint.checkpoint_tensors(layer)
+    assert {n: tuple(t.shape) for n, t in names.items() if "proj" in n} == {
+        "self_attn.q_proj.weight": (8, 8),
+        "self_attn.k_proj.weight": (4, 8),
+        "self_attn.v_proj.weight": (4, 8),
+        "self_attn.o_proj.weight": (8, 8),
+        "mlp.gate_proj.weight": (12, 8),
+        "mlp.up_proj.weight": (12, 8),
+        "mlp.down_proj.weight": (8, 12),
+    }
+    tensors = {n: torch.randn(t.shape) for n, t in names.items()}
+    checkpoint.load_into(layer, tensors, "layer.safetensors")
+    # One GEMM gives each projection's own output, and the parts read back as loaded.
+    x = torch.randn(3, 8)
+    outputs = layer.self_attn.qkv_proj.split(layer.self_attn.qkv_proj(x))
+    outputs += layer.mlp.gate_up_proj.split(layer.mlp.gate_up_proj(x))
+    for out, name in zip(outputs, ("q", "k", "v", "gate", "up"), strict=True):
+        part = f"self_attn.{name}_proj.weight" if len(name) == 1 else f"mlp.{name}_proj.weight"
+        torch.testing.assert_close(out, x @ tensors[part].T)
+    saved = checkpoint.checkpoint_tensors(layer)
+    assert all(torch.equal(saved[n], tensors[n]) for n in tensors)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from voicewire.engine.checkpoint import CheckpointError, read_safetensors, save_tensors
+from voicewire.engine.checkpoint import CheckpointError, checkpoint_tensors, read_safetensors, save_tensors
 from voicewire.engine.codec_decoder import CodecDecoder, CodecDecoderConfig, load_codec_decoder, random_init_
 from voicewire.engine.tiny import codec_decoder_config
 
@@ -65,12 +65,12 @@ def test_random_init_is_seeded() -> None:
     random_init_(a, torch.Generator().manual_seed(5))
     random_init_(b, torch.Generator().manual_seed(5))
     assert all(
-        torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+        torch.equal(x, y) for x, y in zip(checkpoint_tensors(a).values(), checkpoint_tensors(b).values(), strict=True)
     )
 
 
 def test_state_dict_matches_official_names(decoder: CodecDecoder, official: dict[str, object]) -> None:
-    ours = {n: list(t.shape) for n, t in decoder.state_dict().items()}
+    ours = {n: list(t.shape) for n, t in checkpoint_tensors(decoder).items()}
     assert ours == official["names"]
 
 
