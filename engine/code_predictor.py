@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from voicewire.engine.layers import DecoderConfig, DecoderStack, KVCache
-from voicewire.engine.sampling import RowSampling, sample
+from voicewire.engine.sampling import Draw, RowSampling, sample
 
 
 @dataclass
@@ -61,7 +61,7 @@ class CodePredictor(nn.Module):
         params: RowSampling,
         seed: Tensor,
         counter: Tensor,
-        any_sampling: bool,
+        draw: Draw,
     ) -> Tensor:
         """[B, H] talker hidden + [B, H] code-0 embedding -> codes 1..15 [B, 15].
 
@@ -75,7 +75,7 @@ class CodePredictor(nn.Module):
         hidden = self.model(x, positions, cache)[:, -1]
         codes = []
         for k in range(self.cfg.num_code_groups - 1):
-            code = sample(self.lm_head[k](hidden), params, seed, counter + k + 1, any_sampling)
+            code = sample(self.lm_head[k](hidden), params, seed, counter + k + 1, draw)
             codes.append(code)
             if k == self.cfg.num_code_groups - 2:
                 break

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from voicewire.engine import cuda_graphs
 from voicewire.engine.sampling import (
+    Draw,
     RowSampling,
     SamplingParams,
     apply_repetition_penalty,
@@ -75,8 +76,8 @@ class GenerationOptions:
         return cls(talker, predictor, float(penalty), suppress_eos)
 
     @property
-    def samples(self) -> bool:
-        return self.talker.do_sample or self.predictor.do_sample
+    def draw(self) -> Draw:
+        return Draw.needed((self.talker, self.predictor))
 
 
 def banned_ids(cfg: TalkerConfig, device: torch.device | str) -> tuple[Tensor, Tensor]:
@@ -99,14 +100,14 @@ def choose_code0(
     params: RowSampling,
     seed: Tensor,
     counter: Tensor,
-    any_sampling: bool,
+    draw: Draw,
 ) -> Tensor:
     """Codebook-0 logits [n, V] -> code 0 [n]: repetition penalty over the sequence's earlier codes
     (seen [n, V]), banned control ids, EOS masked where `no_eos` [n, V], then a greedy pick or a draw."""
     logits = apply_repetition_penalty(logits, seen, penalty)
     logits = mask_ids(logits, banned)
     logits = mask_ids(logits, no_eos)
-    return sample(logits, params, seed, counter, any_sampling)
+    return sample(logits, params, seed, counter, draw)
 
 
 class FrameStepper:
@@ -144,14 +145,15 @@ class FrameStepper:
         # Noise keys: draw round r of a slot uses counters (r << 4) | codebook.
         self.seed = torch.zeros(slots, dtype=torch.long, device=device)
         self.rounds = torch.zeros(slots, dtype=torch.long, device=device)
-        self.samples = [False] * slots  # host copy: does the slot draw at all
+        self.draws = [Draw.GREEDY] * slots  # host copy: what each slot's draws need
         self.banned, self.eos_only = banned_ids(cfg, device)
         # Static step buffers: inputs [S, 2] (active, text id), outputs [S, 18] (16 codes, next code 0, finite).
         self.inputs = torch.zeros(slots, 2, dtype=torch.long, device=device)
         self.outputs = torch.zeros(slots, cfg.num_code_groups + 2, dtype=torch.long, device=device)
         self._host_inputs = torch.zeros(slots, 2, dtype=torch.long, pin_memory=device.type == "cuda")
         self.buckets = sorted({min(b, slots) for b in BUCKETS}) if graphs or pad else None
-        self._graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if graphs else None
+        # One graph per (bucket, draw): TOP_K serves greedy slots too, FULL serves every slot.
+        self._graphs: dict[tuple[int, Draw], torch.cuda.CUDAGraph] | None = {} if graphs else None
         self._pool = None
 
     def configure(self, slot: int, options: GenerationOptions, seed: int | None) -> None:
@@ -162,9 +164,9 @@ class FrameStepper:
         self.suppress_eos[slot] = options.suppress_eos
         self.seed[slot] = resolve_seed(seed)
         self.rounds[slot] = 0
-        self.samples[slot] = options.samples
+        self.draws[slot] = options.draw
 
-    def _first_code(self, logits: Tensor, lo: int, hi: int, active: Tensor, any_sampling: bool) -> Tensor:
+    def _first_code(self, logits: Tensor, lo: int, hi: int, active: Tensor, draw: Draw) -> Tensor:
         """Codebook-0 logits [n, V] of rows [lo, hi) -> code 0 [n], with penalty, suppression, min length."""
         no_eos = self.suppress_eos[lo:hi] | (self.frames_done[lo:hi] < MIN_FRAMES)
         code0 = choose_code0(
@@ -176,7 +178,7 @@ class FrameStepper:
             self.talker_sampling.rows(lo, hi, active),
             self.seed[lo:hi],
             self.rounds[lo:hi] << 4,
-            any_sampling,
+            draw,
         )
         self.rounds[lo:hi] += active
         index = code0[:, None]
@@ -217,8 +219,8 @@ class FrameStepper:
         self.pos[lo:hi] = torch.where(active, starts + lengths, self.pos[lo:hi])
         self.frames_done[lo:hi].masked_fill_(active, 0)
         self.seen[lo:hi].masked_fill_(active[:, None], False)
-        any_sampling = any(self.samples[slot] for slot, _, _ in prompts)
-        code0 = self._first_code(logits[last], lo, hi, active, any_sampling)
+        draw = max(self.draws[slot] for slot, _, _ in prompts)
+        code0 = self._first_code(logits[last], lo, hi, active, draw)
         self.code0[lo:hi] = torch.where(active, code0, self.code0[lo:hi])
 
     def step(self, n: int, active: list[bool], text_ids: list[int]) -> Tensor:
@@ -232,35 +234,37 @@ class FrameStepper:
         host[:n, 0] = torch.tensor(active, dtype=torch.long)
         host[:n, 1] = torch.tensor(text_ids, dtype=torch.long)
         self.inputs[:b].copy_(host[:b], non_blocking=True)
+        draw = max((d for a, d in zip(active, self.draws, strict=False) if a), default=Draw.GREEDY)
         if self._graphs is not None:
-            self._graph(b).replay()
+            self._graph(b, max(draw, Draw.TOP_K)).replay()
         else:
-            self._compute(b, any(a and s for a, s in zip(active, self.samples, strict=False)))
+            self._compute(b, draw)
         return self.outputs[:n]
 
     @torch.inference_mode()
     def capture(self) -> None:
-        """Capture every bucket's graph now (largest first, sharing one memory pool)."""
+        """Capture every (bucket, draw) graph now (largest first, sharing one memory pool)."""
         assert self._graphs is not None and self.buckets is not None
         for b in reversed(self.buckets):
-            self._graph(b)
+            for draw in (Draw.TOP_K, Draw.FULL):
+                self._graph(b, draw)
 
-    def _graph(self, b: int) -> torch.cuda.CUDAGraph:
-        graph = self._graphs.get(b) if self._graphs is not None else None
+    def _graph(self, b: int, draw: Draw) -> torch.cuda.CUDAGraph:
+        graph = self._graphs.get((b, draw)) if self._graphs is not None else None
         if graph is not None:
             return graph
         assert self._graphs is not None
         # With every row inactive, the warm-up runs change nothing that is read.
         saved = self.inputs[:b].clone()
         self.inputs[:b] = 0
-        graph = cuda_graphs.capture(lambda: self._compute(b, True), self.device, self._pool)
+        graph = cuda_graphs.capture(lambda: self._compute(b, draw), self.device, self._pool)
         self._pool = graph.pool()
-        self._graphs[b] = graph
+        self._graphs[(b, draw)] = graph
         self.inputs[:b] = saved
-        log.debug("captured the frame step for batch %d", b)
+        log.debug("captured the frame step for batch %d, %s draws", b, draw.name)
         return graph
 
-    def _compute(self, b: int, any_sampling: bool) -> None:
+    def _compute(self, b: int, draw: Draw) -> None:
         """The step over rows [0, b), from `inputs` to `outputs` and the slot state: fixed shapes,
         no host sync, so it can be captured."""
         talker = self.talker
@@ -274,7 +278,7 @@ class FrameStepper:
             self.predictor_sampling.rows(0, b, mask),
             self.seed[:b],
             self.rounds[:b] << 4,
-            any_sampling,
+            draw,
         )
         frame = torch.cat((code0[:, None], residual), dim=1)
         x = (talker.embed_frame(frame) + text_rows)[:, None]
@@ -287,7 +291,7 @@ class FrameStepper:
         self.hidden[:b] = torch.where(mask[:, None], new_hidden[:, -1], hidden)
         self.pos[:b] += mask
         self.frames_done[:b] += mask
-        next_code0 = self._first_code(logits, 0, b, mask, any_sampling)
+        next_code0 = self._first_code(logits, 0, b, mask, draw)
         self.code0[:b] = torch.where(mask, next_code0, code0)
         self.outputs[:b, : frame.shape[1]] = frame
         self.outputs[:b, -2] = next_code0

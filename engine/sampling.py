@@ -5,11 +5,18 @@ minimum length (masking), then for sampling temperature, top-k, top-p, and a dra
 (stream slot) has its own parameters. Draws use counter-based noise, a hash of the row's seed,
 a draw counter and the token id, instead of a stateful RNG: a row's draws never depend on its
 batch or device, and the whole draw is fixed-shape tensor work that a CUDA graph can capture.
+
+A draw is a race: the argmax of filtered logit / temperature + Gumbel noise of the id's uniform.
+Only the kept ids can win, so when every sampling row keeps at most `TOP_K_CAP` ids (the
+checkpoints' default top-k is 50), the race runs over the `TOP_K_CAP` best ids alone
+(`Draw.TOP_K`): one top-k instead of two sorts of the vocabulary, with the same noise per id.
 """
 
 from __future__ import annotations
 
+import enum
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +39,26 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+TOP_K_CAP = 64  # a draw among at most this many ids skips sorting the whole vocabulary
+
+
+class Draw(enum.IntEnum):
+    """How much of the vocabulary a batch's draw must look at (a host-side choice; larger covers less)."""
+
+    GREEDY = 0  # no row samples: argmax only
+    TOP_K = 1  # every sampling row keeps at most TOP_K_CAP ids
+    FULL = 2  # some row samples with top-k off or above the cap
+
+    @classmethod
+    def needed(cls, params: Iterable[SamplingParams]) -> Draw:
+        """The draw that serves every one of `params`."""
+        draw = cls.GREEDY
+        for p in params:
+            if p.do_sample:
+                draw = max(draw, cls.TOP_K if 0 < p.top_k <= TOP_K_CAP else cls.FULL)
+        return draw
 
 
 @dataclass
@@ -93,7 +120,7 @@ def mask_ids(logits: Tensor, banned: Tensor) -> Tensor:
 
 
 def _filter(logits: Tensor, params: RowSampling) -> Tensor:
-    """Temperature, then top-k and top-p per row; logits [B, V] float32."""
+    """Temperature, then top-k and top-p per row over the whole vocabulary; logits [B, V] float32."""
     vocab = logits.shape[-1]
     logits = logits / params.temperature[:, None]
     k = torch.where(params.top_k > 0, params.top_k.clamp(max=vocab), vocab)
@@ -106,6 +133,20 @@ def _filter(logits: Tensor, params: RowSampling) -> Tensor:
     remove = (cumulative <= (1 - params.top_p)[:, None]) & (params.top_p < 1.0)[:, None]
     remove[..., -1:] = False
     return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+
+
+def _filter_best(logits: Tensor, params: RowSampling) -> tuple[Tensor, Tensor]:
+    """The same filter over the TOP_K_CAP best ids: (filtered logits [B, C], their ids [B, C]).
+    Valid for rows with 0 < top_k <= TOP_K_CAP; ties with the k-th logit stay in, as above."""
+    best, ids = logits.topk(min(TOP_K_CAP, logits.shape[-1]), dim=-1)  # sorted, best first
+    best = best / params.temperature[:, None]
+    k = params.top_k.clamp(1, best.shape[-1])
+    best = best.masked_fill(best < best.gather(1, (k - 1)[:, None]), float("-inf"))
+    # top-p from the best down: drop an id once the ids before it hold p of the mass.
+    probs = best.softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs
+    remove = (before >= params.top_p[:, None]) & (params.top_p < 1.0)[:, None]
+    return best.masked_fill(remove, float("-inf")), ids
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -124,10 +165,12 @@ def _mix32(x: Tensor) -> Tensor:
     return (x >> 16) ^ x
 
 
-def uniform_noise(seed: Tensor, counter: Tensor, vocab: int) -> Tensor:
-    """Uniform (0, 1) noise [B, V], a pure function of each row's seed [B], counter [B] and token id."""
+def uniform_noise(seed: Tensor, counter: Tensor, ids: Tensor | int) -> Tensor:
+    """Uniform (0, 1) noise, a pure function of each row's seed [B], counter [B] and token id:
+    for ids [B, C] -> [B, C], or for all ids below an int V -> [B, V]."""
     key = _mix32((seed & _MASK32) ^ _mix32(((seed >> 32) & _MASK32) ^ _mix32(counter & _MASK32)))
-    ids = torch.arange(vocab, device=seed.device, dtype=torch.long)
+    if isinstance(ids, int):
+        ids = torch.arange(ids, device=seed.device, dtype=torch.long)[None]
     return unit_interval(_mix32((key[:, None] + ids * _GOLDEN) & _MASK32) >> 9)
 
 
@@ -138,14 +181,20 @@ def unit_interval(bits: Tensor) -> Tensor:
 
 
 def sample(
-    logits: Tensor, params: RowSampling, seed: Tensor, counter: Tensor, any_sampling: bool = True
+    logits: Tensor, params: RowSampling, seed: Tensor, counter: Tensor, draw: Draw = Draw.FULL
 ) -> Tensor:
     """logits [B, V] -> ids [B]. Rows with do_sample draw with noise keyed by (seed, counter) [B];
-    the others take the argmax. `any_sampling=False` (a host-side hint) skips the draw entirely."""
+    the others take the argmax. `draw` (chosen on the host, see `Draw`) bounds what is looked at."""
     greedy = logits.argmax(dim=-1)
-    if not any_sampling:
+    if draw == Draw.GREEDY:
         return greedy
-    probs = _filter(logits.float(), params).softmax(dim=-1)
-    # Exponential race: argmax of p / E with E ~ Exp(1) is a draw from p.
-    race = probs / -torch.log(uniform_noise(seed, counter, probs.shape[-1]))
-    return torch.where(params.do_sample, race.argmax(dim=-1), greedy)
+    if draw == Draw.TOP_K:
+        filtered, ids = _filter_best(logits.float(), params)
+    else:
+        filtered, ids = _filter(logits.float(), params), logits.shape[-1]
+    # Gumbel race: argmax of log p + G, G = -log(-log U), is a draw from p.
+    race = filtered - torch.log(-torch.log(uniform_noise(seed, counter, ids)))
+    won = race.argmax(dim=-1)
+    if draw == Draw.TOP_K:
+        won = ids.gather(1, won[:, None])[:, 0]
+    return torch.where(params.do_sample, won, greedy)

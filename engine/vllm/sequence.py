@@ -23,7 +23,7 @@ from torch import Tensor
 
 from voicewire.engine.frame_step import MIN_FRAMES, GenerationOptions, banned_ids, choose_code0
 from voicewire.engine.prompt import Rows, embed_rows
-from voicewire.engine.sampling import RowSampling, SamplingParams
+from voicewire.engine.sampling import Draw, RowSampling, SamplingParams
 from voicewire.engine.talker import Talker
 
 EXTRA_KEY = "voicewire"
@@ -99,10 +99,15 @@ class TrackChunk:
         return {EXTRA_KEY: asdict(self)}
 
 
+def _sampling_params(values: list[float]) -> SamplingParams:
+    do_sample, temperature, top_k, top_p = values
+    return SamplingParams(bool(do_sample), temperature, int(top_k), top_p)
+
+
 def _row_sampling(values: list[list[float]], device: torch.device) -> RowSampling:
     rows = RowSampling.allocate(len(values), device)
-    for i, (do_sample, temperature, top_k, top_p) in enumerate(values):
-        rows.set(i, SamplingParams(bool(do_sample), temperature, int(top_k), top_p))
+    for i, v in enumerate(values):
+        rows.set(i, _sampling_params(v))
     return rows
 
 
@@ -209,10 +214,10 @@ class FrameDrawer:
         )
         talker_params = _row_sampling([s.spec.talker for s in states], self.device)
         predictor_params = _row_sampling([s.spec.predictor for s in states], self.device)
-        any_sampling = any(s.spec.talker[0] or s.spec.predictor[0] for s in states)
+        draw = Draw.needed(_sampling_params(p) for s in states for p in (s.spec.talker, s.spec.predictor))
         finite = torch.isfinite(logits).all(dim=-1)
         code0 = choose_code0(
-            logits, seen, penalty, self.banned, no_eos, talker_params, seed, rounds << 4, any_sampling
+            logits, seen, penalty, self.banned, no_eos, talker_params, seed, rounds << 4, draw
         )
         predictor = self.talker.code_predictor
         residual = predictor.predict(
@@ -222,7 +227,7 @@ class FrameDrawer:
             predictor_params,
             seed,
             (rounds + 1) << 4,
-            any_sampling,
+            draw,
         )
         out = torch.zeros(n, OUTPUT_WIDTH, dtype=torch.long, device=self.device)
         out[:, 0] = index

@@ -65,7 +65,8 @@ def test_random_init_is_seeded() -> None:
     random_init_(a, torch.Generator().manual_seed(5))
     random_init_(b, torch.Generator().manual_seed(5))
     assert all(
-        torch.equal(x, y) for x, y in zip(checkpoint_tensors(a).values(), checkpoint_tensors(b).values(), strict=True)
+        torch.equal(x, y)
+        for x, y in zip(checkpoint_tensors(a).values(), checkpoint_tensors(b).values(), strict=True)
     )
 
 

@@ -1,8 +1,11 @@
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from voicewire.engine.sampling import (
+    TOP_K_CAP,
+    Draw,
     RowSampling,
     SamplingParams,
     apply_repetition_penalty,
@@ -21,9 +24,11 @@ def _keys(*seeds: int) -> torch.Tensor:
     return torch.tensor(seeds, dtype=torch.long)
 
 
-def _draws(logits: torch.Tensor, params: RowSampling, seeds: torch.Tensor, n: int) -> torch.Tensor:
+def _draws(
+    logits: torch.Tensor, params: RowSampling, seeds: torch.Tensor, n: int, draw: Draw = Draw.FULL
+) -> torch.Tensor:
     """n draws per row with counters 0..n-1 -> [n, B]."""
-    return torch.stack([sample(logits, params, seeds, torch.full_like(seeds, c)) for c in range(n)])
+    return torch.stack([sample(logits, params, seeds, torch.full_like(seeds, c), draw) for c in range(n)])
 
 
 def test_repetition_penalty_divides_positive_and_multiplies_negative() -> None:
@@ -42,8 +47,8 @@ def test_greedy_is_argmax_with_or_without_the_draw() -> None:
     logits = torch.tensor([[0.1, 3.0, 2.0], [5.0, -1.0, 4.9]])
     params = _rows(SamplingParams(do_sample=False), 2)
     keys = _keys(1, 2)
-    assert sample(logits, params, keys, keys, any_sampling=False).tolist() == [1, 0]
-    assert sample(logits, params, keys, keys, any_sampling=True).tolist() == [1, 0]
+    for draw in Draw:
+        assert sample(logits, params, keys, keys, draw).tolist() == [1, 0]
 
 
 def test_noise_is_uniform_and_keyed() -> None:
@@ -66,10 +71,35 @@ def test_noise_never_reaches_zero_or_one() -> None:
     assert len(set(ends.tolist())) == 4
 
 
-def test_top_k_keeps_only_k_best() -> None:
-    logits = torch.arange(10.0)[None]
+@pytest.mark.parametrize("draw", [Draw.TOP_K, Draw.FULL])
+def test_top_k_keeps_only_k_best(draw: Draw) -> None:
+    logits = torch.arange(100.0)[None] / 10
     params = _rows(SamplingParams(temperature=1.0, top_k=3))
-    assert set(_draws(logits, params, _keys(0), 200).flatten().tolist()) == {7, 8, 9}
+    assert set(_draws(logits, params, _keys(0), 200, draw).flatten().tolist()) == {97, 98, 99}
+
+
+def test_draw_needed_by_settings() -> None:
+    greedy, capped = SamplingParams(do_sample=False, top_k=0), SamplingParams(top_k=TOP_K_CAP)
+    assert Draw.needed([greedy, greedy]) == Draw.GREEDY
+    assert Draw.needed([greedy, capped, SamplingParams(top_k=1)]) == Draw.TOP_K
+    assert Draw.needed([capped, SamplingParams(top_k=0)]) == Draw.FULL
+    assert Draw.needed([SamplingParams(top_k=TOP_K_CAP + 1)]) == Draw.FULL
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    top_k=st.integers(1, TOP_K_CAP),
+    top_p=st.floats(0.05, 1.0),
+    temperature=st.floats(0.3, 2.0),
+)
+def test_top_k_draw_equals_the_full_draw(seed: int, top_k: int, top_p: float, temperature: float) -> None:
+    # Looking at the best TOP_K_CAP ids only gives the very same draws, id for id.
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(3, 2048, generator=gen) * 3
+    params = _rows(SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p), 3)
+    seeds = torch.tensor([seed, seed + 1, seed + 2])
+    assert torch.equal(_draws(logits, params, seeds, 6, Draw.TOP_K), _draws(logits, params, seeds, 6))
 
 
 def test_top_p_keeps_smallest_set_over_p() -> None:
