@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from voicewire.engine import pointwise
 from voicewire.engine.checkpoint import CheckpointError, load_into, read_json, read_safetensors, take_prefix
 from voicewire.engine.layers import MLP, LayerScale, RMSNorm, weight_parts
 from voicewire.engine.pointwise import rotate
@@ -234,9 +235,7 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: Tensor, state: CodecDecoderState | None = None) -> Tensor:
-        alpha = self.alpha.exp()[None, :, None]
-        beta = self.beta.exp()[None, :, None]
-        return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
+        return pointwise.snake_beta(x, self.alpha, self.beta)
 
 
 class ConvNeXtBlock(nn.Module):

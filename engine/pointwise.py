@@ -1,4 +1,4 @@
-"""The elementwise pieces of a decoder layer, as plain functions that torch.compile can fuse.
+"""Elementwise pieces of the decoder layers and the codec decoder, as functions torch.compile fuses.
 
 Eager PyTorch runs each of these as several kernels, and at a frame's batch sizes the kernel
 count, not the arithmetic, sets the speed. `enable_fusion()` (CUDA engines) swaps in compiled
@@ -50,19 +50,27 @@ def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
     return F.silu(gate) * up
 
 
+def snake_beta(x: Tensor, log_alpha: Tensor, log_beta: Tensor) -> Tensor:
+    """The codec decoder's activation on x [B, C, T]: x + sin²(x·e^alpha) / e^beta per channel.
+    Eager it is five passes over the decoder's largest tensors; fused, one."""
+    alpha = log_alpha.exp()[None, :, None]
+    beta = log_beta.exp()[None, :, None]
+    return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
+
+
 _fused = False
 
 
 def enable_fusion() -> None:
     """Use compiled versions from now on (once per process; CUDA only, as CI has no compiler)."""
-    global _fused, rms_norm, add_rms_norm, qk_norm_rope, silu_mul
+    global _fused, rms_norm, add_rms_norm, qk_norm_rope, silu_mul, snake_beta
     if _fused:
         return
     _fused = True
     # Each function meets several widths, dtypes and 0/1-sized dims (talker, predictor, codec
     # decoder): room for those variants, and eager instead of an error should a new one exceed it.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    rms_norm, add_rms_norm, qk_norm_rope, silu_mul = (
-        torch.compile(fn, dynamic=True) for fn in (rms_norm, add_rms_norm, qk_norm_rope, silu_mul)
+    rms_norm, add_rms_norm, qk_norm_rope, silu_mul, snake_beta = (
+        torch.compile(fn, dynamic=True) for fn in (rms_norm, add_rms_norm, qk_norm_rope, silu_mul, snake_beta)
     )
     log.info("decoder layers use fused elementwise kernels (torch.compile)")
