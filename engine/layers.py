@@ -71,6 +71,18 @@ class KVCache:
         """A view on rows [start, stop): writes through it land in this cache."""
         return KVCache(self.k[:, start:stop], self.v[:, start:stop], self.cos, self.sin)
 
+    def take(self, rows: Tensor) -> KVCache:
+        """A copy of the given rows [n] (any order, repeats allowed)."""
+        return KVCache(self.k[:, rows], self.v[:, rows], self.cos, self.sin)
+
+    def put(self, rows: Tensor, positions: Tensor, part: KVCache) -> None:
+        """Write back what `part` (from `take(rows)`) holds at positions [n, T] of each of its rows."""
+        picked = torch.arange(len(rows), device=rows.device)
+        here = (slice(None), rows[:, None], slice(None), positions)
+        there = (slice(None), picked[:, None], slice(None), positions)
+        self.k[here] = part.k[there]
+        self.v[here] = part.v[there]
+
 
 def rope_tables(head_dim: int, theta: float, positions: Tensor) -> tuple[Tensor, Tensor]:
     """NeoX RoPE cos/sin for integer positions [B, T] -> [B, T, d] (float32)."""

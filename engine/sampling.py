@@ -92,14 +92,12 @@ class RowSampling:
         self.top_k[row] = params.top_k
         self.top_p[row] = params.top_p
 
-    def rows(self, start: int, stop: int, active: Tensor | None = None) -> RowSampling:
-        """Rows [start, stop); rows where `active` is False become greedy (they draw nothing)."""
-        do_sample = self.do_sample[start:stop]
+    def select(self, rows: Tensor, active: Tensor | None = None) -> RowSampling:
+        """The given rows [n]; those where `active` is False become greedy (they draw nothing)."""
+        do_sample = self.do_sample[rows]
         if active is not None:
             do_sample = do_sample & active
-        return RowSampling(
-            do_sample, self.temperature[start:stop], self.top_k[start:stop], self.top_p[start:stop]
-        )
+        return RowSampling(do_sample, self.temperature[rows], self.top_k[rows], self.top_p[rows])
 
 
 def apply_repetition_penalty(logits: Tensor, seen: Tensor, penalty: Tensor | float) -> Tensor:

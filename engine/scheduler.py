@@ -108,7 +108,13 @@ class Scheduler:
         self.sink = sink
         self.max_ahead_samples = max_ahead_samples
         graphs = config.cuda_graphs and parts.talker.codec_head.weight.device.type == "cuda"
-        self.stepper = FrameStepper(parts.talker, config.max_streams, config.kv_length, graphs=graphs)
+        self.stepper = FrameStepper(
+            parts.talker,
+            config.max_streams,
+            config.kv_length,
+            graphs=graphs,
+            max_prefills=config.max_prefills_per_step,
+        )
         if graphs:
             self.stepper.capture()
         self.steps = 0

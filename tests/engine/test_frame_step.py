@@ -48,12 +48,15 @@ def model(tiny_models) -> Qwen3TTS:
     return tiny_models["custom_voice"]
 
 
+@pytest.mark.parametrize("together", [False, True])
 @pytest.mark.parametrize("greedy", [[True, True, True], [False, True, False]])
-def test_padding_to_a_bucket_changes_nothing(model: Qwen3TTS, greedy: list[bool]) -> None:
-    plain = _run(model, FrameStepper(model.talker, SLOTS, 64), greedy)
+def test_padding_to_a_bucket_changes_nothing(model: Qwen3TTS, greedy: list[bool], together: bool) -> None:
+    # Together, the three prompts prefill as a batch of four, the fourth repeating the first.
+    plain = _run(model, FrameStepper(model.talker, SLOTS, 64), greedy, together=together)
     padded_stepper = FrameStepper(model.talker, SLOTS, 64, pad=True)
     assert padded_stepper.buckets == [1, 2, 4, 5]
-    padded = _run(model, padded_stepper, greedy)
+    assert padded_stepper.prefill_buckets == ([1, 2, 4, 8, 16, 32], [16, 32, 64])
+    padded = _run(model, padded_stepper, greedy, together=together)
     for a, b in zip(plain, padded, strict=True):
         assert torch.equal(a, b)
     assert plain[0].shape[1] == 18 and (plain[-1][:, -1] == 1).all()  # 16 codes, next code 0, finite
@@ -80,6 +83,35 @@ def test_sampled_rows_depend_on_their_seed_only(model: Qwen3TTS) -> None:
             compared += 1
     assert compared == 4
     assert len({tuple(out[0, :16].tolist()) for out in alone if len(out)}) == 4
+
+
+def test_prefills_beyond_the_batch_run_in_groups(model: Qwen3TTS) -> None:
+    greedy = [False, True, False]
+    whole = _run(model, FrameStepper(model.talker, SLOTS, 64), greedy, together=True)
+    grouped_stepper = FrameStepper(model.talker, SLOTS, 64, pad=True, max_prefills=2)
+    assert grouped_stepper.prefill_batch == 2
+    grouped = _run(model, grouped_stepper, greedy, together=True)
+    for a, b in zip(whole, grouped, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_prefill_past_the_first_keeps_the_cached_prefix(model: Qwen3TTS) -> None:
+    """A second sequence from position 4 on equals one prefill of the same 4 + 3 rows."""
+    talker = model.talker
+    rows = torch.randn(7, talker.cfg.decoder.hidden_size, generator=torch.Generator().manual_seed(3))
+    outs = []
+    for split in (False, True):
+        stepper = FrameStepper(talker, 2, 64, pad=True)
+        with torch.inference_mode():
+            stepper.configure(1, _options(model, True), seed=1)
+            if split:
+                stepper.prefill([(1, rows[:4], 0)])
+                stepper.prefill([(1, rows[4:], 4)])
+            else:
+                stepper.prefill([(1, rows, 0)])
+            outs.append(torch.stack([stepper.step(2, [False, True], [5, 5])[1].clone() for _ in range(4)]))
+    assert int(stepper.pos[1]) == 7 + 4
+    assert torch.equal(outs[0], outs[1])
 
 
 def test_graphs_need_cuda(model: Qwen3TTS) -> None:

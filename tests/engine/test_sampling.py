@@ -165,7 +165,7 @@ def test_per_row_penalty_and_parameters() -> None:
 def test_inactive_rows_take_the_argmax() -> None:
     rows = RowSampling.uniform(SamplingParams(temperature=1.0, top_k=0), 2)
     active = torch.tensor([True, False])
-    assert rows.rows(0, 2, active).do_sample.tolist() == [True, False]
+    assert rows.select(torch.arange(2), active).do_sample.tolist() == [True, False]
     logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 9.0, 0.0]])
-    draws = _draws(logits, rows.rows(0, 2, active), _keys(4, 4), 100)
+    draws = _draws(logits, rows.select(torch.arange(2), active), _keys(4, 4), 100)
     assert len(set(draws[:, 0].tolist())) > 1 and set(draws[:, 1].tolist()) == {2}
