@@ -264,8 +264,8 @@ class FrameStepper:
         last = hidden[torch.arange(b, device=self.device), lengths - 1]
         self.hidden[slots] = last
         self.pos[slots] = starts + lengths
-        self.frames_done[slots] = 0
-        self.seen[slots] = False
+        self.frames_done.index_fill_(0, slots, 0)  # index_fill: a scalar index_put would copy from host
+        self.seen.index_fill_(0, slots, False)
         active = torch.ones(b, dtype=torch.bool, device=self.device)
         # The full draw serves every slot's settings; prefills are too rare to need two graphs.
         self.code0[slots] = self._first_code(self.talker.codec_head(last), slots, active, Draw.FULL)
