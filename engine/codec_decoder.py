@@ -107,10 +107,9 @@ class CodecDecoderState:
     pos: Tensor  # [B] int64: frames decoded so far (RoPE position and key validity)
 
     def reset(self, rows: Tensor) -> None:
-        """Start the streams in `rows` (bool [B]) afresh; other rows are untouched. No host sync."""
-        for buf in (*self.conv, *self.keys, *self.values):
-            buf.masked_fill_(rows.view(-1, *([1] * (buf.dim() - 1))), 0)
-        self.pos.masked_fill_(rows, 0)
+        """Start the streams in `rows` (int64 [n]) afresh, writing those rows only. No host sync."""
+        for buf in (*self.conv, *self.keys, *self.values, self.pos):
+            buf.index_fill_(0, rows, 0)
 
     def select(self, rows: Tensor) -> CodecDecoderState:
         """A copy of the given rows (int64 [n]), for decoding a subset of streams together."""

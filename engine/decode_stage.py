@@ -79,6 +79,7 @@ class DecoderStage:
         self.chunks = chunks
         self._free = list(range(slots))
         self._streams: dict[int, _Decoding] = {}
+        self._fresh: list[int] = []  # rows of newly opened streams, reset together before decoding
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
 
     @property
@@ -142,8 +143,9 @@ class DecoderStage:
             stream, warmup = args
             row = heapq.heappop(self._free)
             self._streams[stream.id] = _Decoding(stream, row, stream.options.chunks or self.chunks)
-            self.batch.reset(row)
+            self._fresh.append(row)
             if warmup is not None:
+                self._reset_fresh()
                 # In-context cloning: the audio continues the reference, so decoding starts from its codes.
                 self.batch.decode([row], warmup[None])
         elif kind == "frames":
@@ -170,8 +172,14 @@ class DecoderStage:
                 StreamResult(reason, frames, frames * SAMPLES_PER_FRAME, delivered, end_step, error)
             )
 
+    def _reset_fresh(self) -> None:
+        if self._fresh:
+            self.batch.reset(self._fresh)
+            self._fresh = []
+
     def _decode_due(self) -> bool:
         """Decode one round of due chunks, then deliver marks; returns whether anything happened."""
+        self._reset_fresh()
         groups: dict[int, list[_Decoding]] = {}
         marked = []
         for decoding in list(self._streams.values()):

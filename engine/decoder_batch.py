@@ -57,11 +57,9 @@ class BatchedDecoder:
         samples = GRAPH_FRAMES[0] * decoder.cfg.samples_per_frame if graphs else 0
         self._audio = torch.zeros(top if graphs else 0, samples, dtype=torch.float32, device=self.device)
 
-    def reset(self, row: int) -> None:
-        """Start `row` afresh for a new stream."""
-        rows = torch.zeros(self.slots + 1, dtype=torch.bool, device=self.device)
-        rows[row] = True
-        self.state.reset(rows)
+    def reset(self, rows: list[int]) -> None:
+        """Start `rows` afresh for new streams."""
+        self.state.reset(torch.tensor(rows, dtype=torch.long).to(self.device, non_blocking=True))
 
     def decode(self, rows: list[int], codes: Tensor) -> Tensor:
         """Codes [B, n, 16] (any device) for the streams in `rows` -> samples [B, n * upsample] float32 on CPU."""

@@ -9,6 +9,7 @@ import os
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -177,6 +178,13 @@ async def _warm_up(engine: Engine) -> None:
     log.info("engine warm: %s", ", ".join(reasons))
 
 
+def uvicorn_options(config: ServerConfig) -> dict[str, Any]:
+    """uvicorn settings every way of serving the app shares. permessage-deflate is off: the audio
+    is already compressed, and deflating every Opus packet took a third of the event loop at 256
+    streams. Frames may be larger than a message (the server's own limit answers those)."""
+    return {"ws_per_message_deflate": False, "ws_max_size": config.max_message_bytes * 4}
+
+
 class BackgroundServer:
     """uvicorn serving `app` on 127.0.0.1 (a free port) in a thread: for benchmarks and tests."""
 
@@ -185,7 +193,8 @@ class BackgroundServer:
 
         import uvicorn
 
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=0, log_level="warning"))
+        options = uvicorn_options(app.state.config)
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=0, log_level="warning", **options))
         self.thread = threading.Thread(target=self.server.run, name="voicewire-uvicorn", daemon=True)
         self.port = 0
 

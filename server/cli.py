@@ -77,7 +77,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from voicewire.engine import Engine, EngineConfig
-    from voicewire.server.app import create_app
+    from voicewire.server.app import create_app, uvicorn_options
     from voicewire.server.config import ServerConfig
 
     overrides = {"model": args.model, "device": args.device, "dtype": args.dtype, "backend": args.backend}
@@ -108,7 +108,7 @@ def _serve(args: argparse.Namespace) -> int:
             host=server_config.host,
             port=server_config.port,
             log_level="info",
-            ws_max_size=server_config.max_message_bytes * 4,
+            **uvicorn_options(server_config),
         )
     finally:
         engine.close()

@@ -118,7 +118,7 @@ def test_reset_gives_independent_streams(
     with torch.no_grad():
         # Row 1 first decodes 40 frames of another stream, then is reset and starts `second`.
         decoder.decode_step(torch.stack([first[:40], first[:40]]), state)
-        state.reset(torch.tensor([False, True]))
+        state.reset(torch.tensor([1]))
         a = decoder.decode_step(torch.stack([first[40:70], second[:30]]), state)
         b = decoder.decode_step(torch.stack([first[70:], second[30:60]]), state)
     assert (a[0] - full[0, 40 * SAMPLES : 70 * SAMPLES]).abs().max() < 1e-5

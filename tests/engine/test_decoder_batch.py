@@ -33,8 +33,7 @@ def _decode_in_groups(batch: BatchedDecoder, codes: torch.Tensor) -> torch.Tenso
     """Streams 0 and 2 in rows 4 and 1, decoded together and alone in uneven chunks."""
     rows = {0: 4, 2: 1}
     out = {s: [] for s in rows}
-    for row in rows.values():
-        batch.reset(row)
+    batch.reset(list(rows.values()))
     cuts = [0, 3, 16, 17, FRAMES]
     for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):
         streams = [0, 2] if i % 2 == 0 else [2]

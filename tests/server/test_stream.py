@@ -175,6 +175,24 @@ def test_unknown_subprotocol_is_refused(server) -> None:
     assert info.value.response.status_code == 403
 
 
+def test_audio_frames_are_not_deflated(server) -> None:
+    # The client offers permessage-deflate (websockets does by default); Opus does not compress,
+    # so the server declines it rather than spend its event loop on it.
+    async def run() -> tuple[str | None, dict]:
+        client = await WireClient.open(server.url)
+        try:
+            await client.start(**GREEDY)
+            assert client.ws.request is not None and client.ws.response is not None
+            offered = client.ws.request.headers.get("Sec-WebSocket-Extensions")
+            return offered, dict(client.ws.response.headers)
+        finally:
+            await client.ws.close()
+
+    offered, headers = asyncio.run(run())
+    assert offered is not None and "permessage-deflate" in offered
+    assert "sec-websocket-extensions" not in {k.lower() for k in headers}
+
+
 def test_health_and_ready(server) -> None:
     for path, status in (("/health", "ok"), ("/ready", "ready")):
         with urllib.request.urlopen(server.http + path, timeout=10) as response:
