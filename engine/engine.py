@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,10 @@ log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.05  # the scheduler sleeps this long at most when no stream can step
 VLLM_START_TIMEOUT_S = 900.0
 CLOSE_TIMEOUT_S = 30.0
+# The engine's threads give up the GIL at every GPU wait and need it back at once, while the
+# server's event loop holds it for socket work; Python's default 5 ms switch interval then
+# delays every scheduler round by up to 5 ms per hand-over.
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 class Engine:
@@ -73,6 +78,8 @@ class Engine:
                 target=self.decoder_stage.run, args=(self._stop,), name="voicewire-decoder", daemon=True
             ),
         ]
+        if model.device.type == "cuda":
+            sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
         for thread in self._threads:
             thread.start()
         if not isinstance(self.scheduler, Scheduler):
