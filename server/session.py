@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voicewire.engine import Engine, EngineError, Stream
+from voicewire.engine.errors import StreamClosed
 from voicewire.engine.stream import SAMPLE_RATE
 from voicewire.server import protocol as p
 from voicewire.server.config import ServerConfig
@@ -29,6 +30,24 @@ from voicewire.server.settings import SessionSettings, settings_from_start
 from voicewire.server.wire import Codec
 
 log = logging.getLogger(__name__)
+
+
+class _FinishedIsClosed:
+    """The engine can finish a stream (max_frames, an error) before its `done` is out: text, flush
+    or end that arrive in between get `context_closed`, as after `end`, not a failed session.
+    A class, not @contextmanager, which would write __traceback__ on our frozen ProtocolError."""
+
+    def __init__(self, context_id: str) -> None:
+        self.context_id = context_id
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, StreamClosed):
+            raise ProtocolError(
+                "context_closed", f"context {self.context_id!r} has finished: {exc}", self.context_id
+            ) from None
 
 
 class SessionState(enum.Enum):
@@ -145,13 +164,16 @@ class Session:
                 "not_started", f"send start before {message.type}", getattr(message, "context_id", None)
             )
         elif isinstance(message, p.Text):
-            self._text(message)
+            with _FinishedIsClosed(message.context_id):
+                self._text(message)
         elif isinstance(message, p.Flush | p.End):
             context = self._open_context(message.context_id, message.type)
-            if isinstance(message, p.Flush):
-                context.stream.flush()
-            else:
-                context.stream.end()
+            with _FinishedIsClosed(message.context_id):
+                if isinstance(message, p.Flush):
+                    context.stream.flush()
+                else:
+                    context.stream.end()
+            if isinstance(message, p.End):
                 context.state = ContextState.ENDED
         elif isinstance(message, p.Cancel):
             self._cancel(message.context_id)
