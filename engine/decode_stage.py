@@ -35,7 +35,7 @@ MAX_DECODE_FRAMES = 32  # a stream that fell behind catches up in chunks of at m
 
 @dataclass
 class _Frame:
-    codes: Tensor  # [16] int64, CPU
+    codes: np.ndarray  # [16] int64
     fed: TrackEntry
 
 
@@ -92,7 +92,7 @@ class DecoderStage:
     def open(self, stream: Stream, warmup: Tensor | None) -> None:
         self._inbox.put(("open", stream, warmup))
 
-    def frames(self, streams: list[Stream], codes: Tensor, fed: list[TrackEntry]) -> None:
+    def frames(self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry]) -> None:
         self._inbox.put(("frames", streams, codes, fed))
 
     def segment_end(self, stream: Stream, flushed: bool) -> None:
@@ -196,19 +196,18 @@ class DecoderStage:
 
     def _decode(self, n: int, group: list[_Decoding]) -> None:
         frames = [[decoding.queue.popleft() for _ in range(n)] for decoding in group]
+        codes = np.array([[f.codes for f in fs] for fs in frames], dtype=np.int64)  # [streams, n, 16]
         try:
-            codes = torch.stack([torch.stack([f.codes for f in fs]) for fs in frames])
-            pcm = self.batch.decode([d.row for d in group], codes).numpy()
+            pcm = self.batch.decode([d.row for d in group], torch.from_numpy(codes)).numpy()
         except Exception as exc:
             log.exception("decoding failed for %d streams", len(group))
             for decoding in group:
                 self._fail(decoding, exc)
             return
-        for decoding, fs, samples in zip(group, frames, pcm, strict=True):
+        for decoding, fs, samples, codes_np in zip(group, frames, pcm, codes, strict=True):
             tokens = [t for f in fs for t in f.fed.tokens]
             decoding.text_end = tokens[-1].end if tokens else decoding.text_end
             mark = decoding.queue[0] if decoding.queue and isinstance(decoding.queue[0], _Mark) else None
-            codes_np = torch.stack([f.codes for f in fs]).numpy()
             text_ids = np.array([f.fed.id for f in fs], dtype=np.int64)
             self._emit(decoding, samples, codes_np, text_ids, "".join(t.text for t in tokens), mark)
             if mark is not None:

@@ -195,7 +195,9 @@ class Qwen3TTS:
                 raise RuntimeError("synthesis stalled: the scheduler has nothing to do before the end")
         if collector.error is not None:
             raise collector.error
-        codes = torch.stack(collector.codes) if collector.codes else torch.zeros(0, 16, dtype=torch.long)
+        codes = torch.from_numpy(
+            np.stack(collector.codes) if collector.codes else np.zeros((0, 16), np.int64)
+        )
         state = self.decoder.new_state(1, self.device, self.dtype)
         if voice.ref_codes is not None:
             # The official decode runs over reference + new codes and cuts the reference part;
@@ -218,7 +220,7 @@ class _CodesCollector:
     def open(self, stream: Stream, warmup: torch.Tensor | None) -> None:
         pass
 
-    def frames(self, streams: list[Stream], codes: torch.Tensor, fed: list[TrackEntry]) -> None:
+    def frames(self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry]) -> None:
         self.codes.extend(codes)
 
     def segment_end(self, stream: Stream, flushed: bool) -> None:

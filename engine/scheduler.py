@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -44,7 +45,7 @@ class FrameSink(Protocol):
 
     def open(self, stream: Stream, warmup: Tensor | None) -> None: ...
 
-    def frames(self, streams: list[Stream], codes: Tensor, fed: list[TrackEntry]) -> None: ...
+    def frames(self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry]) -> None: ...
 
     def segment_end(self, stream: Stream, flushed: bool) -> None: ...
 
@@ -307,8 +308,8 @@ class Scheduler:
             fed.append(TrackEntry(next_id[0], tokens))
             live.prefilled_tokens = []
         try:
-            out = self.stepper.step(n, active, ids).cpu()  # the one host sync per step
-            frame, code0, finite = out[:, :-2], out[:, -2], out[:, -1]
+            out = self.stepper.step(n, active, ids).cpu().numpy()  # the one host sync per step
+            frame, code0, finite = out[:, :-2], out[:, -2].tolist(), out[:, -1].tolist()
         except Exception as exc:
             log.exception("batched step failed for %d streams", len(ready))
             for live in ready:
@@ -318,15 +319,14 @@ class Scheduler:
         self._progress = True
         ok, ok_fed = [], []
         for live, entry in zip(ready, fed, strict=True):
-            if bool(finite[live.slot]):
+            if finite[live.slot]:
                 ok.append(live)
                 ok_fed.append(entry)
             else:
                 self._fail(live, StreamFailed("the talker produced non-finite values for this stream"))
         if not ok:
             return
-        rows = torch.tensor([live.slot for live in ok])
-        self.sink.frames([live.stream for live in ok], frame.index_select(0, rows), ok_fed)
+        self.sink.frames([live.stream for live in ok], frame[[live.slot for live in ok]], ok_fed)
         eos = self.parts.talker.cfg.codec_eos_id
         for live in ok:
             segment = live.segments.head
@@ -335,7 +335,7 @@ class Scheduler:
             live.frames += 1
             if live.max_frames is not None and live.frames >= live.max_frames:
                 self._release(live, "max_frames")
-            elif int(code0[live.slot]) == eos or segment.frames >= live.frame_cap:
+            elif code0[live.slot] == eos or segment.frames >= live.frame_cap:
                 if segment.frames >= live.frame_cap and not live.options.suppress_eos:
                     log.warning(
                         "stream %d: a segment reached the KV bound (%d frames)",

@@ -28,6 +28,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from vllm import SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
@@ -308,7 +309,9 @@ class VllmScheduler:
             tokens = (*live.prefilled, *([next_id[1]] if next_id[1] is not None else []))
             live.prefilled = []
             live.starved = False
-            self.sink.frames([live.stream], torch.tensor([codes]), [TrackEntry(next_id[0], tokens)])
+            self.sink.frames(
+                [live.stream], np.array([codes], dtype=np.int64), [TrackEntry(next_id[0], tokens)]
+            )
             segment.frames += 1
             live.frames += 1
             max_frames = live.stream.options.max_frames

@@ -28,7 +28,7 @@ class Recorder:
 
     def frames(self, streams, codes, fed) -> None:
         for stream, row, entry in zip(streams, codes, fed, strict=True):
-            self.codes[stream.id].append(row)
+            self.codes[stream.id].append(torch.from_numpy(row))
             self.fed[stream.id].append(entry)
 
     def segment_end(self, stream: Stream, flushed: bool) -> None:
