@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -104,30 +105,39 @@ class VoicePrompt:
 
 
 def embed_rows(talker: Talker, rows: Rows, xvector: Tensor | None, ref_codes: Tensor | None) -> Tensor:
-    """Rows -> [len, H]: text rows through the text projection, plus codec, x-vector or frame rows."""
+    """Rows -> [len, H]: text rows through the text projection, plus codec, x-vector or frame rows.
+
+    Which rows get what is decided on the host from the ids, and ids go over without a wait: on
+    CUDA this queues work and never syncs (a scheduler round embeds many prompts)."""
     device = talker.codec_head.weight.device
-    text = torch.tensor(rows.text, dtype=torch.long, device=device)
-    codec = torch.tensor(rows.codec, dtype=torch.long, device=device)
-    hidden = talker.cfg.decoder.hidden_size
-    out = torch.zeros(len(rows), hidden, device=device, dtype=talker.codec_head.weight.dtype)
-    has_text = text >= 0
-    if bool(has_text.any()):
-        out[has_text] = talker.embed_text(text[has_text])
-    plain = codec >= 0
-    if bool(plain.any()):
-        out[plain] += talker.embed_codec(codec[plain])
-    spk = codec == XVECTOR
-    if bool(spk.any()):
+    text, codec = np.asarray(rows.text, dtype=np.int64), np.asarray(rows.codec, dtype=np.int64)
+    out = torch.zeros(
+        len(rows), talker.cfg.decoder.hidden_size, device=device, dtype=talker.codec_head.weight.dtype
+    )
+
+    def where(mask: np.ndarray) -> Tensor:
+        return _on(np.flatnonzero(mask), device)
+
+    if (text >= 0).any():
+        out[where(text >= 0)] = talker.embed_text(_on(text[text >= 0], device))
+    if (codec >= 0).any():
+        out[where(codec >= 0)] += talker.embed_codec(_on(codec[codec >= 0], device))
+    if (codec == XVECTOR).any():
         if xvector is None:
             raise ValueError("the prompt has a speaker-embedding row but the voice has none")
-        out[spk] += xvector.to(device=device, dtype=out.dtype)
-    frames = codec <= REF_FRAME
-    if bool(frames.any()):
+        out[where(codec == XVECTOR)] += xvector.to(device=device, dtype=out.dtype, non_blocking=True)
+    if (codec <= REF_FRAME).any():
         if ref_codes is None:
             raise ValueError("the prompt has reference-frame rows but the voice has no reference codes")
-        index = REF_FRAME - codec[frames]
-        out[frames] += talker.embed_frame(ref_codes.to(device)[index])
+        frames = ref_codes.to(device, non_blocking=True)[_on(REF_FRAME - codec[codec <= REF_FRAME], device)]
+        out[where(codec <= REF_FRAME)] += talker.embed_frame(frames)
     return out
+
+
+def _on(array: np.ndarray, device: torch.device) -> Tensor:
+    """A host array on `device`, queued without waiting for the device (a pageable copy is staged
+    before the call returns, so the array may go at once)."""
+    return torch.from_numpy(np.ascontiguousarray(array)).to(device, non_blocking=True)
 
 
 def supported_languages(talker: Talker) -> list[str]:
