@@ -136,8 +136,10 @@ def test_two_contexts_and_cancel(server) -> None:
             await client.send({"type": "text", "context_id": context, "text": TEXT * 3})
         await client.send({"type": "end", "context_id": "a"})
         seen = {"a": 0, "b": 0}
+        received = []
         while min(seen.values()) < 5:  # both contexts stream at once
             message = await client.recv()
+            received.append(message)
             if message["type"] == "audio":
                 seen[message["context_id"]] += 1
         await client.send({"type": "cancel", "context_id": "b"})
@@ -146,10 +148,11 @@ def test_two_contexts_and_cancel(server) -> None:
         for _ in range(30):
             after.append(await client.recv())
         await client.close()
-        return cancelled, before, after
+        return cancelled, received + before, after
 
     cancelled, before, after = asyncio.run(run())
     assert cancelled["context_id"] == "b"
+    # Everything of b received before `cancelled`, from its first packet on.
     sent_b = sum(m["samples"] for m in before if m["type"] == "audio" and m["context_id"] == "b")
     assert cancelled["samples_generated"] >= sent_b > 0 and cancelled["samples_dropped"] >= 0
     assert not [m for m in after if m.get("context_id") == "b"]  # nothing of b after cancelled
