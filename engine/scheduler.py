@@ -24,6 +24,7 @@ from voicewire.engine.config import EngineConfig
 from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
 from voicewire.engine.frame_step import MIN_FRAMES, FrameStepper, GenerationOptions
 from voicewire.engine.prompt import (
+    Rows,
     TextIds,
     VoicePrompt,
     build_voice_prompt,
@@ -78,13 +79,13 @@ class _Live:
     starved: bool = False  # waiting for text, and the decoder was told to send what it holds
 
 
-@dataclass
+@dataclass(eq=False)
 class _Prompt:
-    """A talker sequence ready to prefill: its rows [T, H] go in at positions start.."""
+    """A talker sequence ready to prefill: its rows go in at positions start.."""
 
     live: _Live
     segment: Segment
-    rows: Tensor
+    rows: Rows
     start: int
     held: int  # text tokens of the segment inside the prompt
 
@@ -251,16 +252,44 @@ class Scheduler:
             if not live.started:
                 rows = voice.prefix + rows
             self.stepper.check_prompt(start, len(rows))  # here, so one bad prompt fails alone
-            embedded = embed_rows(self.parts.talker, rows, voice.xvector, voice.ref_codes)
         except Exception as exc:
             self._fail(live, exc)
             return None
-        return _Prompt(live, segment, embedded, start, held)
+        return _Prompt(live, segment, rows, start, held)
+
+    def _embed(self, prompts: list[_Prompt]) -> list[tuple[_Prompt, Tensor]]:
+        """Each prompt's rows as vectors [T, H]. Prompts whose voices carry no x-vector or reference
+        codes share one call: a round may start dozens, and each call is a dozen small launches.
+        A failed call fails its own streams only."""
+        shared = [
+            p
+            for p in prompts
+            if p.live.voice and p.live.voice.xvector is None and p.live.voice.ref_codes is None
+        ]
+        groups = [shared] if shared else []
+        groups += [[p] for p in prompts if p not in shared]
+        embedded = []
+        for group in groups:
+            voice = group[0].live.voice
+            assert voice is not None
+            joined = Rows([i for p in group for i in p.rows.text], [i for p in group for i in p.rows.codec])
+            try:
+                vectors = embed_rows(self.parts.talker, joined, voice.xvector, voice.ref_codes)
+            except Exception as exc:
+                for p in group:
+                    self._fail(p.live, exc)
+                continue
+            embedded += zip(group, vectors.split([len(p.rows) for p in group]), strict=True)
+        return embedded
 
     def _start(self, prompts: list[_Prompt]) -> None:
         """Prefill the new talker sequences together."""
+        embedded = self._embed(prompts)
+        if not embedded:
+            return
+        prompts = [p for p, _ in embedded]
         try:
-            self.stepper.prefill([(p.live.slot, p.rows, p.start) for p in prompts])
+            self.stepper.prefill([(p.live.slot, rows, p.start) for p, rows in embedded])
         except Exception as exc:
             log.exception("prefill failed for %d streams", len(prompts))
             for p in prompts:
@@ -271,7 +300,7 @@ class Scheduler:
             live.started = True
             p.segment.start = p.held
             live.prefilled_tokens = [t for t in p.segment.tokens[: p.held] if t is not None]
-            live.frame_cap = self.config.kv_length - (p.start + p.rows.shape[0])
+            live.frame_cap = self.config.kv_length - (p.start + len(p.rows))
             if live.frame_cap < MIN_FRAMES:
                 self._fail(live, ValueError(f"kv_length {self.config.kv_length} leaves no room to speak"))
 
