@@ -217,6 +217,15 @@ class FrameStepper:
         self.seen[rows, code0] |= active
         return code0
 
+    def clear(self, slot: int) -> None:
+        """Zero `slot`'s KV rows and hidden state after it produced non-finite values. Attention
+        reads a slot's whole cache under a mask, and 0 x NaN is NaN, so otherwise every later stream
+        in the slot would fail too."""
+        for cache in (self.cache, self.predictor_cache):
+            cache.k[:, slot].zero_()
+            cache.v[:, slot].zero_()
+        self.hidden[slot].zero_()
+
     def check_prompt(self, start: int, length: int) -> None:
         """Raise ValueError unless `length` prompt rows from position `start` fit the KV cache."""
         if start + length > self.kv_length:

@@ -352,6 +352,7 @@ class Scheduler:
                 ok.append(live)
                 ok_fed.append(entry)
             else:
+                self.stepper.clear(live.slot)
                 self._fail(live, StreamFailed("the talker produced non-finite values for this stream"))
         if not ok:
             return

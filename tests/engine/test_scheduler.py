@@ -86,6 +86,10 @@ def test_a_non_finite_stream_fails_alone(model: Qwen3TTS) -> None:
     reason, error = recorder.closed[bad.id]
     assert reason == "error" and isinstance(error, StreamFailed) and "non-finite" in str(error)
     assert recorder.closed[good.id] == ("max_frames", None)
+    # The failed stream's slot was cleared: streams that take both slots next speak normally.
+    later = [_open(model, scheduler, "A fresh stream after the fault.", max_frames=12) for _ in range(2)]
+    _run(scheduler, recorder, later)
+    assert [recorder.closed[s.id] for s in later] == [("max_frames", None)] * 2
 
     alone, alone_recorder = _scheduler(model, max_streams=2, kv_length=128)
     solo = _open(model, alone, "A steady voice keeps going.", max_frames=12)
