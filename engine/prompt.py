@@ -115,22 +115,20 @@ def embed_rows(talker: Talker, rows: Rows, xvector: Tensor | None, ref_codes: Te
         len(rows), talker.cfg.decoder.hidden_size, device=device, dtype=talker.codec_head.weight.dtype
     )
 
-    def where(mask: np.ndarray) -> Tensor:
-        return _on(np.flatnonzero(mask), device)
-
-    if (text >= 0).any():
-        out[where(text >= 0)] = talker.embed_text(_on(text[text >= 0], device))
-    if (codec >= 0).any():
-        out[where(codec >= 0)] += talker.embed_codec(_on(codec[codec >= 0], device))
-    if (codec == XVECTOR).any():
+    has_text, plain, spk, frames = text >= 0, codec >= 0, codec == XVECTOR, codec <= REF_FRAME
+    if has_text.any():
+        out[_on(np.flatnonzero(has_text), device)] = talker.embed_text(_on(text[has_text], device))
+    if plain.any():
+        out[_on(np.flatnonzero(plain), device)] += talker.embed_codec(_on(codec[plain], device))
+    if spk.any():
         if xvector is None:
             raise ValueError("the prompt has a speaker-embedding row but the voice has none")
-        out[where(codec == XVECTOR)] += xvector.to(device=device, dtype=out.dtype, non_blocking=True)
-    if (codec <= REF_FRAME).any():
+        out[_on(np.flatnonzero(spk), device)] += xvector.to(device=device, dtype=out.dtype, non_blocking=True)
+    if frames.any():
         if ref_codes is None:
             raise ValueError("the prompt has reference-frame rows but the voice has no reference codes")
-        frames = ref_codes.to(device, non_blocking=True)[_on(REF_FRAME - codec[codec <= REF_FRAME], device)]
-        out[where(codec <= REF_FRAME)] += talker.embed_frame(frames)
+        ref = ref_codes.to(device, non_blocking=True)[_on(REF_FRAME - codec[frames], device)]
+        out[_on(np.flatnonzero(frames), device)] += talker.embed_frame(ref)
     return out
 
 

@@ -261,17 +261,15 @@ class Scheduler:
         """Each prompt's rows as vectors [T, H]. Prompts whose voices carry no x-vector or reference
         codes share one call: a round may start dozens, and each call is a dozen small launches.
         A failed call fails its own streams only."""
-        shared = [
-            p
-            for p in prompts
-            if p.live.voice and p.live.voice.xvector is None and p.live.voice.ref_codes is None
-        ]
-        groups = [shared] if shared else []
-        groups += [[p] for p in prompts if p not in shared]
+        shared, alone = [], []
+        for p in prompts:
+            assert p.live.voice is not None  # admitted
+            plain = p.live.voice.xvector is None and p.live.voice.ref_codes is None
+            (shared if plain else alone).append(p)
+        groups = ([shared] if shared else []) + [[p] for p in alone]
         embedded = []
         for group in groups:
             voice = group[0].live.voice
-            assert voice is not None
             joined = Rows([i for p in group for i in p.rows.text], [i for p in group for i in p.rows.codec])
             try:
                 vectors = embed_rows(self.parts.talker, joined, voice.xvector, voice.ref_codes)

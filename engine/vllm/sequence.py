@@ -104,10 +104,10 @@ def _sampling_params(values: list[float]) -> SamplingParams:
     return SamplingParams(bool(do_sample), temperature, int(top_k), top_p)
 
 
-def _row_sampling(values: list[list[float]], device: torch.device) -> RowSampling:
-    rows = RowSampling.allocate(len(values), device)
-    for i, v in enumerate(values):
-        rows.set(i, _sampling_params(v))
+def _row_sampling(params: list[SamplingParams], device: torch.device) -> RowSampling:
+    rows = RowSampling.allocate(len(params), device)
+    for i, p in enumerate(params):
+        rows.set(i, p)
     return rows
 
 
@@ -212,9 +212,11 @@ class FrameDrawer:
         rounds = (
             torch.tensor([s.spec.round_base for s in states], dtype=torch.long, device=self.device) + index
         )
-        talker_params = _row_sampling([s.spec.talker for s in states], self.device)
-        predictor_params = _row_sampling([s.spec.predictor for s in states], self.device)
-        draw = Draw.needed(_sampling_params(p) for s in states for p in (s.spec.talker, s.spec.predictor))
+        talker = [_sampling_params(s.spec.talker) for s in states]
+        predictor = [_sampling_params(s.spec.predictor) for s in states]
+        talker_params = _row_sampling(talker, self.device)
+        predictor_params = _row_sampling(predictor, self.device)
+        draw = Draw.needed(talker + predictor)
         finite = torch.isfinite(logits).all(dim=-1)
         code0 = choose_code0(
             logits, seen, penalty, self.banned, no_eos, talker_params, seed, rounds << 4, draw
