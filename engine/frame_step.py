@@ -7,6 +7,11 @@ active compute but change nothing that matters (their KV write lands at their ow
 or the last one, rewritten before read). On CUDA each bucket's step is one captured CUDA graph:
 inputs and outputs live in static buffers, and a step costs one small copy in and one out.
 
+Attention reads only the first `span` positions of each row's KV, the span being the smallest of
+kv_length / 8, / 4, / 2 or kv_length that holds every occupied row of the batch: at 256 rows and
+1024 positions, reading the whole cache costs more memory traffic than the weights. Rows that hold
+no sequence clamp their throwaway write into the span.
+
 A prefill starts new talker sequences in any slots: their rows go into a static buffer, padded to
 a (batch, length) bucket, and the slots' KV rows are copied out, run, and written back at the
 new positions only. On CUDA each bucket is a graph too, so a prefill costs a few launches rather
@@ -19,6 +24,7 @@ import functools
 import logging
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -42,6 +48,7 @@ BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384
 # Prefill buckets: sequences per call, and prompt rows (then capped by the KV length).
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
 PREFILL_LENGTHS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+SPAN_DIVISORS = (8, 4, 2, 1)  # attention spans, as fractions of the KV length
 PREFILL_KV_ROWS = 8192  # slots x KV length one prefill call copies out and back (memory bound)
 
 
@@ -169,6 +176,10 @@ class FrameStepper:
         self._host_inputs = torch.zeros(slots, 2, dtype=torch.long, pin_memory=device.type == "cuda")
         self._slot_index = torch.arange(slots, device=device)
         self.buckets = sorted({min(b, slots) for b in BUCKETS}) if graphs or pad else None
+        self.spans = sorted({max(1, kv_length // d) for d in SPAN_DIVISORS}) if graphs or pad else None
+        # Host copies of each slot's next position and whether it holds a sequence: they pick the span.
+        self._host_pos = np.zeros(slots, dtype=np.int64)
+        self._occupied = np.zeros(slots, dtype=bool)
         # Prefill buffers: prompt rows [P, kv_length, H] and (slot, start, length) per row [P, 3].
         self.prefill_batch = max(1, min(max_prefills, PREFILL_KV_ROWS // kv_length))
         self.prefill_rows = torch.zeros(
@@ -184,8 +195,8 @@ class FrameStepper:
             else None
         )
         self._prefill_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        # One graph per (bucket, draw): TOP_K serves greedy slots too, FULL serves every slot.
-        self._graphs: dict[tuple[int, Draw], torch.cuda.CUDAGraph] | None = {} if graphs else None
+        # One graph per (bucket, draw, span): TOP_K serves greedy slots too, FULL serves every slot.
+        self._graphs: dict[tuple[int, Draw, int], torch.cuda.CUDAGraph] | None = {} if graphs else None
         self._pool = None
 
     def configure(self, slot: int, options: GenerationOptions, seed: int | None) -> None:
@@ -197,6 +208,10 @@ class FrameStepper:
         self.seed[slot] = resolve_seed(seed)
         self.rounds[slot] = 0
         self.draws[slot] = options.draw
+
+    def release(self, slot: int) -> None:
+        """`slot` holds no sequence any more: its position no longer widens the attention span."""
+        self._occupied[slot] = False
 
     def _first_code(self, logits: Tensor, rows: Tensor, active: Tensor, draw: Draw) -> Tensor:
         """Codebook-0 logits [n, V] of slots `rows` [n] -> code 0 [n], with penalty, suppression and
@@ -238,6 +253,9 @@ class FrameStepper:
             self.check_prompt(start, rows.shape[0])
         for i in range(0, len(prompts), self.prefill_batch):
             self._prefill_group(prompts[i : i + self.prefill_batch])
+        for slot, rows, start in prompts:
+            self._host_pos[slot] = start + rows.shape[0]
+            self._occupied[slot] = True
 
     def _prefill_group(self, prompts: list[tuple[int, Tensor, int]]) -> None:
         n, longest = len(prompts), max(rows.shape[0] for _, rows, _ in prompts)
@@ -292,10 +310,24 @@ class FrameStepper:
         self.inputs[:b].copy_(host[:b], non_blocking=True)
         draw = max((d for a, d in zip(active, self.draws, strict=False) if a), default=Draw.GREEDY)
         if self._graphs is not None:
-            self._graph(b, max(draw, Draw.TOP_K)).replay()
+            draw = max(draw, Draw.TOP_K)
+        span = self._span(b, draw)
+        if self._graphs is not None:
+            self._graph(b, draw, span).replay()
         else:
-            self._compute(b, draw)
+            self._compute(b, draw, span)
+        self._host_pos[:n] += np.asarray(active, dtype=bool)
         return self.outputs[:n]
+
+    def _span(self, b: int, draw: Draw) -> int:
+        """The attention span for rows [0, b): it holds the next position of every occupied row."""
+        held = self._host_pos[:b][self._occupied[:b]]
+        need = min(int(held.max()) + 1 if len(held) else 1, self.kv_length)
+        if self.spans is None:
+            return need
+        if draw is Draw.FULL:  # rare (top-k over 64, or off): one graph per bucket, at full span
+            return self.kv_length
+        return next(span for span in self.spans if span >= need)
 
     @torch.inference_mode()
     def capture(self) -> None:
@@ -303,9 +335,11 @@ class FrameStepper:
         sharing one memory pool). The prefill warm-ups reset slot 0, so this runs before any
         stream is live."""
         assert self._graphs is not None and self.buckets is not None and self.prefill_buckets is not None
+        assert self.spans is not None
         for b in reversed(self.buckets):
-            for draw in (Draw.TOP_K, Draw.FULL):
-                self._graph(b, draw)
+            for span in reversed(self.spans):
+                self._graph(b, Draw.TOP_K, span)
+            self._graph(b, Draw.FULL, self.kv_length)
         batches, lengths = self.prefill_buckets
         self.prefill_meta.zero_()
         self.prefill_meta[:, 2] = 1
@@ -317,24 +351,24 @@ class FrameStepper:
                 self._prefill_graphs[(b, t)] = graph
         log.debug("captured %d prefill graphs", len(self._prefill_graphs))
 
-    def _graph(self, b: int, draw: Draw) -> torch.cuda.CUDAGraph:
-        graph = self._graphs.get((b, draw)) if self._graphs is not None else None
+    def _graph(self, b: int, draw: Draw, span: int) -> torch.cuda.CUDAGraph:
+        graph = self._graphs.get((b, draw, span)) if self._graphs is not None else None
         if graph is not None:
             return graph
         assert self._graphs is not None
         # With every row inactive, the warm-up runs change nothing that is read.
         saved = self.inputs[:b].clone()
         self.inputs[:b] = 0
-        graph = cuda_graphs.capture(lambda: self._compute(b, draw), self.device, self._pool)
+        graph = cuda_graphs.capture(lambda: self._compute(b, draw, span), self.device, self._pool)
         self._pool = graph.pool()
-        self._graphs[(b, draw)] = graph
+        self._graphs[(b, draw, span)] = graph
         self.inputs[:b] = saved
-        log.debug("captured the frame step for batch %d, %s draws", b, draw.name)
+        log.debug("captured the frame step for batch %d, %s draws, span %d", b, draw.name, span)
         return graph
 
-    def _compute(self, b: int, draw: Draw) -> None:
-        """The step over rows [0, b), from `inputs` to `outputs` and the slot state: fixed shapes,
-        no host sync, so it can be captured."""
+    def _compute(self, b: int, draw: Draw, span: int) -> None:
+        """The step over rows [0, b), attending to positions [0, span), from `inputs` to `outputs`
+        and the slot state: fixed shapes, no host sync, so it can be captured."""
         talker = self.talker
         mask = self.inputs[:b, 0] != 0
         rows = self._slot_index[:b]
@@ -351,10 +385,11 @@ class FrameStepper:
         )
         frame = torch.cat((code0[:, None], residual), dim=1)
         x = (talker.embed_frame(frame) + text_rows)[:, None]
-        # A row that is not stepping may sit at kv_length (its sequence ended at the bound); its
-        # throwaway write goes to the last slot instead, which nothing reads before rewriting.
-        positions = self.pos[:b].clamp(max=self.kv_length - 1)
-        new_hidden, logits = talker(x, positions[:, None], self.cache.rows(0, b))
+        # A row that is not stepping may sit at kv_length (its sequence ended at the bound), or
+        # past the span (it holds no sequence); its throwaway write goes to the span's last
+        # position instead, which its sequence, if any, writes before it reads.
+        positions = self.pos[:b].clamp(max=span - 1)
+        new_hidden, logits = talker(x, positions[:, None], self.cache.rows(0, b, span))
         logits = logits[:, -1]
         self.outputs[:b, -1] = torch.isfinite(logits).all(dim=-1)
         self.hidden[:b] = torch.where(mask[:, None], new_hidden[:, -1], hidden)

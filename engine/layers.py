@@ -67,9 +67,13 @@ class KVCache:
     def length(self) -> int:
         return self.k.shape[3]
 
-    def rows(self, start: int, stop: int) -> KVCache:
-        """A view on rows [start, stop): writes through it land in this cache."""
-        return KVCache(self.k[:, start:stop], self.v[:, start:stop], self.cos, self.sin)
+    def rows(self, start: int, stop: int, span: int | None = None) -> KVCache:
+        """A view on rows [start, stop) and, with `span`, on positions [0, span) only: attention then
+        reads that much of each row. Writes through the view land in this cache."""
+        positions = slice(None, span)
+        return KVCache(
+            self.k[:, start:stop, :, positions], self.v[:, start:stop, :, positions], self.cos, self.sin
+        )
 
     def take(self, rows: Tensor) -> KVCache:
         """A copy of the given rows [n] (any order, repeats allowed)."""

@@ -391,6 +391,7 @@ class Scheduler:
             self.sink.close(live.stream, reason, live.frames, self.steps)
         else:
             self.sink.drop(live.stream, reason, live.frames, self.steps, error)
+        self.stepper.release(live.slot)
         with self._lock:
             heapq.heappush(self._free, live.slot)
             self._reserved -= 1

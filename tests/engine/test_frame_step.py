@@ -5,6 +5,7 @@ import torch
 
 from voicewire.engine.frame_step import FrameStepper, GenerationOptions
 from voicewire.engine.model import Qwen3TTS
+from voicewire.engine.sampling import Draw
 
 SLOTS = 5  # buckets 1, 2, 4, 5: three streams step padded to four
 
@@ -112,6 +113,46 @@ def test_a_prefill_past_the_first_keeps_the_cached_prefix(model: Qwen3TTS) -> No
             outs.append(torch.stack([stepper.step(2, [False, True], [5, 5])[1].clone() for _ in range(4)]))
     assert int(stepper.pos[1]) == 7 + 4
     assert torch.equal(outs[0], outs[1])
+
+
+def test_attention_spans_change_nothing(model: Qwen3TTS) -> None:
+    """Steps that attend to an eighth, a quarter or half of the KV equal steps over all of it; the
+    span follows the longest occupied row, and a released row's stale position no longer counts."""
+    hidden = model.talker.cfg.decoder.hidden_size
+    prompts = [torch.randn(t, hidden, generator=torch.Generator().manual_seed(t)) for t in (20, 5, 6)]
+
+    def run(spans: list[int] | None) -> tuple[list[torch.Tensor], list[int]]:
+        stepper = FrameStepper(model.talker, 3, 64, pad=True)
+        assert stepper.spans == [8, 16, 32, 64]
+        stepper.spans = spans or stepper.spans
+        outs, used = [], []
+
+        def step(active: list[bool]) -> torch.Tensor:
+            used.append(stepper._span(3, Draw.TOP_K))
+            return stepper.step(3, active, [5, 6, 7]).clone()
+
+        with torch.inference_mode():
+            for slot in range(3):
+                stepper.configure(slot, _options(model, slot != 1), seed=slot)
+            stepper.prefill([(0, prompts[0], 0), (1, prompts[1], 0)])
+            for i in range(6):  # slot 0 reaches position 26
+                outs.append(step([True, i % 2 == 0, False])[:2])
+            stepper.release(0)  # its stale position stops counting
+            stepper.prefill([(2, prompts[2], 0)])
+            for _ in range(3):
+                outs.append(step([False, True, True])[1:])
+            stepper.prefill([(0, prompts[1], 0)])  # slot 0 anew, after its clamped throwaway writes
+            for _ in range(3):
+                outs.append(step([True, True, True]))
+            assert torch.equal(stepper.pos, torch.from_numpy(stepper._host_pos))
+        return outs, used
+
+    spanned, used = run(None)
+    assert used == [32] * 6 + [16] * 6
+    whole, used = run([64])
+    assert used == [64] * 12
+    for a, b in zip(spanned, whole, strict=True):
+        assert torch.equal(a, b)
 
 
 def test_graphs_need_cuda(model: Qwen3TTS) -> None:
