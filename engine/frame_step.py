@@ -209,6 +209,11 @@ class FrameStepper:
         self.rounds[slot] = 0
         self.draws[slot] = options.draw
 
+    def take_back(self, slot: int) -> None:
+        """`slot`'s last step is discarded (it ran past EOS): return its noise round, so the next
+        sequence draws as if that step never ran. The rest of its effects the next prefill resets."""
+        self.rounds[slot] -= 1
+
     def release(self, slot: int) -> None:
         """`slot` holds no sequence any more: its position no longer widens the attention span."""
         self._occupied[slot] = False
