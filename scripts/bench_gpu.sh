@@ -2,6 +2,7 @@
 # The service benchmark as docs/benchmarks.md reports it: a random real-size checkpoint, `voicewire
 # serve` in its own process with configs/gpu.yaml, and `voicewire bench` against it over loopback.
 # Usage: scripts/bench_gpu.sh SIZE LEVELS OUT_PREFIX   (e.g. 0.6b 1,8,64,256 results/0.6b)
+# Writes OUT_PREFIX.json, .md, .serve.log and .metrics.txt (the server's Prometheus metrics after the run).
 # Settings from the environment: FRAMES (100), RATE (20 words/s), PORT (8000), PYTHON (python3).
 set -euo pipefail
 size=${1:?size: 0.6b or 1.7b}
@@ -22,4 +23,6 @@ for _ in $(seq 300); do
 done
 "$py" -m voicewire.server.cli bench --url "ws://127.0.0.1:$port" --streams "$levels" \
   --frames "${FRAMES:-100}" --text-rate "${RATE:-20}" --out "$out.json" --markdown "$out.md" >/dev/null
+# The server's own view (first audio measured at the server, per context) next to the client's.
+"$py" -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())" >"$out.metrics.txt"
 cat "$out.md"

@@ -7,21 +7,37 @@ text at an LLM-like pace (or all at once), Opus back; measured at the client:
   (count and total gap);
 - cancel latency (cancel sent -> `cancelled`), on every fourth stream, after its first 0.4 s of audio;
 - aggregate audio seconds per wall second.
+
+One Python process can only send and receive so much: at 256 streams the client alone makes ~5000 text
+sends a second. A level can therefore spread its sessions over several client processes (spawned), which
+all start at one agreed wall-clock moment so the sessions overlap as they would in one process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
+import multiprocessing
+import os
 import time
+import traceback
 import urllib.request
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
 
 import msgpack
 import numpy as np
 from websockets.asyncio.client import connect
 
+log = logging.getLogger(__name__)
+
 START_BUFFER_S = 0.2
+STREAMS_PER_CLIENT_PROCESS = 64  # the automatic choice: one client process per this many streams...
+CPUS_PER_CLIENT_PROCESS = 4  # ...and at most one per this many CPUs, leaving the rest to a local server
+CLIENT_START_TIMEOUT_S = 120.0  # spawn + imports, on a loaded machine
+CLIENT_START_MARGIN_S = 0.2  # from the parent's "go" to the common start: covers sending it to every worker
 TEXT = (
     "Thanks for calling. I found your order, and it shipped this morning. It should arrive on "
     "Thursday between nine and noon. Is there anything else I can help you with today? "
@@ -35,6 +51,21 @@ class _Run:
     done_s: float | None = None
     audio_s: float = 0.0
     cancel_s: float | None = None
+
+
+@dataclass
+class LevelRuns:
+    """What a level's sessions measured: one run per stream index, in index order."""
+
+    runs: list[_Run]
+    wall_s: float  # from the common start to the last session's end
+    client_processes: int
+
+
+def default_client_processes(streams: int) -> int:
+    """One client process per 64 streams, but no more than a quarter of the CPUs: 1 for small levels."""
+    by_cpus = max(1, (os.cpu_count() or 1) // CPUS_PER_CLIENT_PROCESS)
+    return min(by_cpus, math.ceil(streams / STREAMS_PER_CLIENT_PROCESS))
 
 
 def _percentiles(values: list[float]) -> dict[str, float | None]:
@@ -128,13 +159,118 @@ async def _session(url: str, index: int, frames: int, rate: float, cancel: bool,
     return run
 
 
-async def bench_level(url: str, streams: int, frames: int, rate: float, speaker: str | None) -> dict:
-    """One concurrency level; returns its report."""
-    began = time.perf_counter()
-    runs = await asyncio.gather(
-        *(_session(url, i, frames, rate, cancel=i % 4 == 3, speaker=speaker) for i in range(streams))
+async def _sessions(
+    url: str, indices: list[int], frames: int, rate: float, speaker: str | None
+) -> list[_Run]:
+    # Every fourth stream index overall is cancelled, whichever process runs it.
+    return await asyncio.gather(
+        *(_session(url, i, frames, rate, cancel=i % 4 == 3, speaker=speaker) for i in indices)
     )
-    wall = time.perf_counter() - began
+
+
+def _client_process(
+    pipe: Connection, url: str, indices: list[int], frames: int, rate: float, speaker: str | None
+) -> None:
+    """A spawned client: says it is ready, waits for the common start time, runs its sessions and
+    sends back ("done", (runs, end time)) or ("error", traceback)."""
+    try:
+        pipe.send(("ready", None))
+        start_at = pipe.recv()
+        time.sleep(max(0.0, start_at - time.time()))
+        runs = asyncio.run(_sessions(url, indices, frames, rate, speaker))
+        pipe.send(("done", (runs, time.time())))
+    except BaseException:
+        pipe.send(("error", traceback.format_exc()))
+    finally:
+        pipe.close()
+
+
+def _receive_all(pipes: list[Connection], expected: str, timeout: float | None) -> list:
+    """One `expected` message from every worker's pipe; a worker's error, exit or silence raises."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    results: list = [None] * len(pipes)
+    pending = dict(enumerate(pipes))
+    while pending:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = wait(list(pending.values()), timeout=left)
+        if not ready:
+            raise RuntimeError(
+                f"bench client processes {sorted(pending)} sent no '{expected}' in {timeout} s"
+            )
+        for worker, pipe in list(pending.items()):
+            if pipe not in ready:
+                continue
+            try:
+                kind, payload = pipe.recv()
+            except EOFError:  # it died without a word (killed, out of memory)
+                raise RuntimeError(f"bench client process {worker} exited without a result") from None
+            if kind == "error":
+                summary = payload.strip().splitlines()[-1]  # the exception, ahead of its traceback
+                raise RuntimeError(f"bench client process {worker} failed: {summary}\n{payload}")
+            results[worker] = payload
+            del pending[worker]
+    return results
+
+
+def _run_in_processes(
+    url: str, streams: int, frames: int, rate: float, speaker: str | None, processes: int
+) -> LevelRuns:
+    context = multiprocessing.get_context("spawn")  # fork would copy the parent's threads (a local server)
+    shares = [list(range(worker, streams, processes)) for worker in range(processes)]  # round-robin
+    pipes: list[Connection] = []
+    workers: list[multiprocessing.process.BaseProcess] = []
+    try:
+        for worker, share in enumerate(shares):
+            pipe, child = context.Pipe()
+            process = context.Process(
+                target=_client_process,
+                args=(child, url, share, frames, rate, speaker),
+                name=f"voicewire-bench-client-{worker}",
+                daemon=True,
+            )
+            process.start()
+            child.close()  # so the parent's recv sees EOF if the worker dies
+            pipes.append(pipe)
+            workers.append(process)
+        _receive_all(pipes, "ready", CLIENT_START_TIMEOUT_S)
+        # Every worker is up and waiting: agree on one start, a moment from now.
+        start_at = time.time() + CLIENT_START_MARGIN_S
+        for pipe in pipes:
+            pipe.send(start_at)
+        results = _receive_all(pipes, "done", timeout=None)
+    finally:
+        for process in workers:
+            if process.is_alive():
+                process.terminate()
+            process.join()
+        for pipe in pipes:
+            pipe.close()
+    by_index = {
+        index: run
+        for share, (share_runs, _) in zip(shares, results, strict=True)
+        for index, run in zip(share, share_runs, strict=True)
+    }
+    runs = [by_index[index] for index in range(streams)]
+    return LevelRuns(runs, max(end for _, end in results) - start_at, processes)
+
+
+async def run_level(
+    url: str, streams: int, frames: int, rate: float, speaker: str | None, processes: int = 1
+) -> LevelRuns:
+    """One concurrency level's sessions: in this event loop when `processes` is 1, otherwise spread
+    round-robin over that many spawned client processes (at most one per stream)."""
+    processes = max(1, min(processes, streams))
+    if processes == 1:
+        began = time.perf_counter()
+        runs = await _sessions(url, list(range(streams)), frames, rate, speaker)
+        return LevelRuns(runs, time.perf_counter() - began, 1)
+    log.info("%d streams over %d client processes", streams, processes)
+    return await asyncio.to_thread(_run_in_processes, url, streams, frames, rate, speaker, processes)
+
+
+def level_report(streams: int, frames: int, rate: float, level: LevelRuns) -> dict:
+    """The JSON report of one level's runs."""
+    runs, wall = level.runs, level.wall_s
     full = [r for i, r in enumerate(runs) if i % 4 != 3]  # streams that ran to the end
     underruns = [simulated_underruns(r.arrivals) for r in full]
     return {
@@ -152,7 +288,16 @@ async def bench_level(url: str, streams: int, frames: int, rate: float, speaker:
         "cancel_ms": _percentiles([r.cancel_s * 1000 for r in runs if r.cancel_s is not None]),
         "aggregate_audio_s_per_s": round(sum(r.audio_s for r in runs) / wall, 3),
         "wall_s": round(wall, 3),
+        "client_processes": level.client_processes,
     }
+
+
+async def bench_level(
+    url: str, streams: int, frames: int, rate: float, speaker: str | None, processes: int = 1
+) -> dict:
+    """One concurrency level, its sessions spread over `processes` client processes; returns its report."""
+    level = await run_level(url, streams, frames, rate, speaker, processes)
+    return level_report(streams, frames, rate, level)
 
 
 def markdown(report: dict) -> str:

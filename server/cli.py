@@ -180,9 +180,11 @@ def _bench(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from voicewire.server.bench import bench_level, first_speaker, markdown, plot
+    from voicewire.server.bench import bench_level, default_client_processes, first_speaker, markdown, plot
 
     levels = [int(n) for n in args.streams.split(",")]
+    if args.client_processes is not None and args.client_processes < 1:
+        raise ValueError("--client-processes must be at least 1")
     server = engine = None
     url = args.url
     if url is None:  # serve in this process, on loopback
@@ -199,7 +201,10 @@ def _bench(args: argparse.Namespace) -> int:
         url = f"ws://127.0.0.1:{server.start()}"
     try:
         speaker = first_speaker(url)
-        results = [asyncio.run(bench_level(url, n, args.frames, args.text_rate, speaker)) for n in levels]
+        results = []
+        for n in levels:
+            processes = args.client_processes or default_client_processes(n)
+            results.append(asyncio.run(bench_level(url, n, args.frames, args.text_rate, speaker, processes)))
         device = "remote"
         if engine is not None:
             device = str(engine.model.device)
@@ -369,6 +374,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     service.add_argument(
         "--text-rate", type=float, default=8.0, help="words per second per stream; 0 = all at once"
+    )
+    service.add_argument(
+        "--client-processes",
+        type=int,
+        metavar="P",
+        help="client processes per level, its streams spread round-robin over them, so that one Python "
+        "process does not limit the measurement (default, per level: one per 64 streams, at most a "
+        "quarter of the CPUs, so 1 for small levels; never more than the level's streams)",
     )
     service.add_argument("--markdown", type=Path, help="write the Markdown table here")
     service.add_argument("--plot", type=Path, help="write a PNG of latency and throughput (needs matplotlib)")
