@@ -188,8 +188,10 @@ class DecoderStage:
                 groups.setdefault(n, []).append(decoding)
             elif decoding.queue and isinstance(decoding.queue[0], _Mark):
                 marked.append(decoding)
-        for n, group in groups.items():
-            self._decode(n, group)
+        # Smallest chunks first: they are first chunks and drains, which listeners are waiting
+        # for; larger ones are running streams' regular chunks, with audio still buffered ahead.
+        for n in sorted(groups):
+            self._decode(n, groups[n])
         for decoding in marked:
             self._deliver_mark(decoding)
         return bool(groups or marked)
