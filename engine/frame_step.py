@@ -311,7 +311,7 @@ class FrameStepper:
         draw = max((d for a, d in zip(active, self.draws, strict=False) if a), default=Draw.GREEDY)
         if self._graphs is not None:
             draw = max(draw, Draw.TOP_K)
-        span = self._span(b, draw)
+        span = self.attention_span(b, draw)
         if self._graphs is not None:
             self._graph(b, draw, span).replay()
         else:
@@ -319,7 +319,7 @@ class FrameStepper:
         self._host_pos[:n] += np.asarray(active, dtype=bool)
         return self.outputs[:n]
 
-    def _span(self, b: int, draw: Draw) -> int:
+    def attention_span(self, b: int, draw: Draw) -> int:
         """The attention span for rows [0, b): it holds the next position of every occupied row."""
         held = self._host_pos[:b][self._occupied[:b]]
         need = min(int(held.max()) + 1 if len(held) else 1, self.kv_length)

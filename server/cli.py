@@ -1,4 +1,5 @@
-"""The `voicewire` command: serve, say (the client), synth (offline), bench, bench-engine, make-checkpoint."""
+"""The `voicewire` command: serve, say (the client), synth (offline), bench, bench-engine, bench-parts,
+make-checkpoint."""
 
 from __future__ import annotations
 
@@ -264,6 +265,32 @@ def _bench_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_parts(args: argparse.Namespace) -> int:
+    import json
+
+    from voicewire.engine.bench_parts import PartsSettings, bench_parts
+    from voicewire.engine.model import Qwen3TTS
+
+    def numbers(text: str) -> tuple[int, ...]:
+        return tuple(int(n) for n in text.split(","))
+
+    settings = PartsSettings(
+        batches=numbers(args.batches),
+        positions=numbers(args.positions),
+        decoder_frames=numbers(args.decoder_frames),
+        repeats=args.repeats,
+        whole_kv=args.whole_kv,
+        profile=args.profile,
+    )
+    config = _bench_config(args, max(settings.batches))
+    model = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)
+    text = json.dumps(bench_parts(model, config, settings), indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
 def _add_bench_args(parser: argparse.ArgumentParser) -> None:
     """The model and output options both benchmarks share."""
     parser.add_argument(
@@ -398,6 +425,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--warmup", type=int, default=4, help="frames of a warm-up stream first (0: none)")
     bench.set_defaults(func=_bench_engine)
+
+    parts = sub.add_parser(
+        "bench-parts", help="the frame step, prefill and codec decoder timed alone; JSON report"
+    )
+    _add_bench_args(parts)
+    parts.add_argument("--batches", default="1,8,64,128,256", help="stream batch sizes, comma-separated")
+    parts.add_argument(
+        "--positions", default="100", help="prompt rows before the timed steps (they set the attention span)"
+    )
+    parts.add_argument("--decoder-frames", default="1,2,4,8", help="frames per decode call")
+    parts.add_argument("--repeats", type=int, default=20, help="calls timed per figure")
+    parts.add_argument("--whole-kv", action="store_true", help="attend to the whole KV (spans off)")
+    parts.add_argument("--profile", action="store_true", help="add the largest kernels (torch.profiler)")
+    parts.set_defaults(func=_bench_parts)
 
     make = sub.add_parser("make-checkpoint", help="write a random checkpoint in the published layout")
     make.add_argument("dir", type=Path)

@@ -128,7 +128,7 @@ def test_attention_spans_change_nothing(model: Qwen3TTS) -> None:
         outs, used = [], []
 
         def step(active: list[bool]) -> torch.Tensor:
-            used.append(stepper._span(3, Draw.TOP_K))
+            used.append(stepper.attention_span(3, Draw.TOP_K))
             return stepper.step(3, active, [5, 6, 7]).clone()
 
         with torch.inference_mode():
