@@ -9,7 +9,6 @@ to the same buckets otherwise.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,8 +75,9 @@ def _kernels(fn: Callable[[], object], device: torch.device, top: int) -> dict:
     }
 
 
-def _stepper(model: Qwen3TTS, config: EngineConfig, slots: int, settings: PartsSettings) -> FrameStepper:
-    graphs = config.cuda_graphs and model.device.type == "cuda"
+def _stepper(
+    model: Qwen3TTS, config: EngineConfig, graphs: bool, slots: int, settings: PartsSettings
+) -> FrameStepper:
     stepper = FrameStepper(
         model.talker,
         slots,
@@ -117,7 +117,7 @@ def bench_parts(model: Qwen3TTS, config: EngineConfig, settings: PartsSettings) 
         "whole_kv": settings.whole_kv,
     }
     with torch.inference_mode():
-        stepper = _stepper(model, config, max(settings.batches), settings)
+        stepper = _stepper(model, config, graphs, max(settings.batches), settings)
         report["step"] = _step_times(model, stepper, settings, gen)
         report["prefill"] = _prefill_times(model, stepper, settings, gen)
         stepper = None  # its KV and graphs go before the decoder's are made
@@ -182,8 +182,7 @@ def _decoder_times(model: Qwen3TTS, graphs: bool, settings: PartsSettings, gen: 
 def _profile(model: Qwen3TTS, config: EngineConfig, settings: PartsSettings, gen: torch.Generator) -> dict:
     """Kernel tables of eager runs of the same shapes: a graph replay hides its kernels."""
     device, text = model.device, model.text_ids.tts_pad
-    eager = dataclasses.replace(config, cuda_graphs=False)
-    stepper = _stepper(model, eager, max(settings.batches), settings)
+    stepper = _stepper(model, config, False, max(settings.batches), settings)
     tables = {}
     length = settings.positions[0]
     for b in sorted({min(settings.batches), max(settings.batches)}):

@@ -309,13 +309,11 @@ class FrameStepper:
         host[:n, 1] = torch.tensor(text_ids, dtype=torch.long)
         self.inputs[:b].copy_(host[:b], non_blocking=True)
         draw = max((d for a, d in zip(active, self.draws, strict=False) if a), default=Draw.GREEDY)
-        if self._graphs is not None:
-            draw = max(draw, Draw.TOP_K)
-        span = self.attention_span(b, draw)
-        if self._graphs is not None:
-            self._graph(b, draw, span).replay()
+        if self._graphs is None:
+            self._compute(b, draw, self.attention_span(b, draw))
         else:
-            self._compute(b, draw, span)
+            draw = max(draw, Draw.TOP_K)  # the top-k graph serves greedy rows too
+            self._graph(b, draw, self.attention_span(b, draw)).replay()
         self._host_pos[:n] += np.asarray(active, dtype=bool)
         return self.outputs[:n]
 
