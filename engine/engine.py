@@ -15,6 +15,7 @@ import itertools
 import logging
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +27,9 @@ from voicewire.engine.decode_stage import DecoderStage
 from voicewire.engine.errors import InvalidOptions, InvalidVoice
 from voicewire.engine.frame_step import GenerationOptions
 from voicewire.engine.model import Qwen3TTS
-from voicewire.engine.prompt import Voice, check_voice
+from voicewire.engine.prompt import Voice, check_voice, supported_languages
 from voicewire.engine.scheduler import Scheduler
-from voicewire.engine.stream import SAMPLE_RATE, Stream
+from voicewire.engine.stream import SAMPLE_RATE, Stream, StreamListener
 
 if TYPE_CHECKING:
     from voicewire.engine.vllm.scheduler import VllmScheduler
@@ -44,12 +45,58 @@ CLOSE_TIMEOUT_S = 30.0
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
+@dataclass(frozen=True)
+class EngineInfo:
+    """What callers may know of the loaded checkpoint, in plain values (it crosses processes)."""
+
+    folder: str
+    device: str
+    variant: str  # custom_voice, voice_design or base
+    model_size: str
+    speakers: tuple[str, ...]
+    speaker_dialects: dict[str, str | bool]
+    languages: tuple[str, ...]
+    generation_config: dict[str, Any]
+    speaker_embedding_size: int  # the length of a Base checkpoint's x-vector
+
+    @classmethod
+    def of(cls, model: Qwen3TTS) -> EngineInfo:
+        cfg = model.talker.cfg
+        return cls(
+            folder=str(model.folder),
+            device=str(model.device),
+            variant=model.variant,
+            model_size=model.model_size,
+            speakers=tuple(sorted(cfg.speakers)),
+            speaker_dialects=dict(cfg.speaker_dialects),
+            languages=tuple(supported_languages(model.talker)),
+            generation_config=dict(model.generation_config),
+            speaker_embedding_size=cfg.decoder.hidden_size,
+        )
+
+
+def generation_options(info: EngineInfo, options: StreamOptions) -> GenerationOptions:
+    """A stream's sampling settings: the checkpoint's defaults with `options` over them."""
+    try:
+        return GenerationOptions.from_generation_config(
+            info.generation_config,
+            greedy=options.greedy,
+            suppress_eos=options.suppress_eos,
+            talker=options.talker,
+            predictor=options.predictor,
+            repetition_penalty=options.repetition_penalty,
+        )
+    except ValueError as exc:
+        raise InvalidOptions(str(exc)) from exc
+
+
 class Engine:
     """Streams text to speech for many streams at once on one device."""
 
     def __init__(self, model: Qwen3TTS, config: EngineConfig | None = None) -> None:
         self.model = model
         self.config = config or EngineConfig()
+        self.info = EngineInfo.of(model)
         if self.config.fuse_kernels and model.device.type == "cuda":
             pointwise.enable_fusion()  # before any graph is captured
         graphs = self.config.cuda_graphs and model.device.type == "cuda"
@@ -111,6 +158,11 @@ class Engine:
         return SAMPLE_RATE
 
     @property
+    def healthy(self) -> bool:
+        """Both threads are running (false after a bug stopped one, or after close)."""
+        return self._error is None and all(thread.is_alive() for thread in self._threads)
+
+    @property
     def live_streams(self) -> int:
         return self.scheduler.live_streams
 
@@ -133,29 +185,23 @@ class Engine:
         except ValueError as exc:
             raise InvalidVoice(str(exc)) from exc
 
-    def open_stream(self, voice: Voice, options: StreamOptions | None = None) -> Stream:
+    def open_stream(
+        self, voice: Voice, options: StreamOptions | None = None, listener: StreamListener | None = None
+    ) -> Stream:
         """Open a stream; push text to it and iterate it for audio. Call it in the event loop that
-        will read the audio. Raises InvalidVoice, InvalidOptions or EngineFull."""
+        will read the audio, unless `listener` takes the chunks. Raises InvalidVoice, InvalidOptions
+        or EngineFull."""
         if self._error is not None:
             raise RuntimeError("the engine's scheduler stopped") from self._error
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            raise RuntimeError("open_stream must be called inside a running asyncio event loop") from None
+        if listener is None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                raise RuntimeError("open_stream must be called inside a running asyncio event loop") from None
         options = options or StreamOptions()
         self.check_voice(voice)
-        try:
-            generation = GenerationOptions.from_generation_config(
-                self.model.generation_config,
-                greedy=options.greedy,
-                suppress_eos=options.suppress_eos,
-                talker=options.talker,
-                predictor=options.predictor,
-                repetition_penalty=options.repetition_penalty,
-            )
-        except ValueError as exc:
-            raise InvalidOptions(str(exc)) from exc
-        stream = Stream(next(self._ids), voice, options, self.model.tokenizer, self._wake)
+        generation = generation_options(self.info, options)
+        stream = Stream(next(self._ids), voice, options, self.model.tokenizer, self._wake, listener)
         lookahead = options.lookahead_tokens or self.config.lookahead_tokens
         self.scheduler.submit(stream, generation, lookahead)
         self._wake()

@@ -15,6 +15,9 @@ class EngineError(Exception):
     def message(self) -> str:
         return str(self.args[0])
 
+    def __reduce__(self) -> tuple:  # keeps `code` across processes (the engine process)
+        return (type(self), (self.message, self.code))
+
 
 class InvalidVoice(EngineError, ValueError):
     code = "invalid_voice"

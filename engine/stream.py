@@ -3,7 +3,8 @@
 A `Stream` is shared by three threads: the caller's (text in, chunks out, usually an asyncio loop),
 the scheduler's (reads the inbox) and the decoder's (delivers chunks). Text is tokenized in the
 caller's thread; everything after that is handed over through a locked inbox and the loop's
-thread-safe callbacks.
+thread-safe callbacks. A stream opened with a `StreamListener` instead hands its chunks and result
+to it, in the engine's threads (the engine process forwards them to its parent that way).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import enum
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -57,6 +59,14 @@ class Mark(enum.Enum):
     END = "end"
 
 
+class StreamListener(Protocol):
+    """Takes a stream's chunks and result in the engine's threads; must not block."""
+
+    def chunk(self, stream: Stream, chunk: AudioChunk) -> None: ...
+
+    def finished(self, stream: Stream, result: StreamResult) -> None: ...
+
+
 class _Done:
     """Queue sentinel: no more chunks."""
 
@@ -71,12 +81,14 @@ class Stream:
         options: StreamOptions,
         tokenizer: TextTokenizer,
         wake: Callable[[], None],
+        listener: StreamListener | None = None,
     ) -> None:
         self.id = stream_id
         self.voice = voice
         self.options = options
         self._tokens = IncrementalTokenizer(tokenizer)
         self._wake = wake
+        self._listener = listener
         self._lock = threading.Lock()
         self._inbox: list[TextToken | Mark] = []
         self._ended = False
@@ -92,7 +104,7 @@ class Stream:
             self._loop = None
         self._chunks: asyncio.Queue[AudioChunk | type[_Done]] | None = None
         self._done: asyncio.Event | None = None
-        if self._loop is not None:
+        if self._loop is not None and listener is None:
             self._chunks, self._done = asyncio.Queue(), asyncio.Event()
 
     # --- caller side ---------------------------------------------------------------------------
@@ -138,6 +150,11 @@ class Stream:
             raise StreamClosed(f"stream {self.id} has ended; open a new stream for more text")
         if self._result is not None:
             raise StreamClosed(f"stream {self.id} is finished ({self._result.reason})")
+
+    def acknowledge(self, consumed_samples: int) -> None:
+        """A listener's consumer has read this many samples in all (backpressure counts unread ones)."""
+        self.consumed_samples = max(self.consumed_samples, consumed_samples)
+        self._wake()
 
     def __aiter__(self) -> Stream:
         return self
@@ -192,13 +209,18 @@ class Stream:
 
     def deliver(self, chunk: AudioChunk) -> None:
         self.delivered_samples += chunk.pcm.shape[0]
-        if self._chunks is not None and not self._cancel_requested:
+        if self._listener is not None:
+            if not self._cancel_requested:
+                self._listener.chunk(self, chunk)
+        elif self._chunks is not None and not self._cancel_requested:
             self._call_in_loop(self._chunks.put_nowait, chunk)
 
     def finish(self, result: StreamResult) -> None:
         self._result = result
         self._finished.set()
-        if self._chunks is not None and self._done is not None:
+        if self._listener is not None:
+            self._listener.finished(self, result)
+        elif self._chunks is not None and self._done is not None:
             self._call_in_loop(self._chunks.put_nowait, _Done)
             self._call_in_loop(self._done.set)
 
