@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeAlias
 
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.engine import Engine, EngineInfo, generation_options
@@ -291,6 +291,7 @@ class RemoteStream:
         self._ended = False
         self._cancelled = False
         self.consumed_samples = 0
+        self.delivered_samples = 0
 
     def push_text(self, text: str) -> None:
         if not isinstance(text, str):
@@ -349,10 +350,16 @@ class RemoteStream:
     def result(self) -> StreamResult | None:
         return self._result
 
+    @property
+    def unread_samples(self) -> int:
+        """Audio that arrived from the engine process and was not read yet."""
+        return self.delivered_samples - self.consumed_samples
+
     # --- in the loop, from the reader thread ---
 
     def _deliver(self, chunk: AudioChunk) -> None:
         if not self._cancelled:
+            self.delivered_samples += chunk.pcm.shape[0]
             self._chunks.put_nowait(chunk)
 
     def _finish(self, result: StreamResult) -> None:
@@ -544,3 +551,6 @@ class EngineProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+AnyEngine: TypeAlias = Engine | EngineProcess  # what the server serves: in this process or its own

@@ -21,7 +21,8 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
-from voicewire.engine import Engine, StreamOptions
+from voicewire.engine import StreamOptions
+from voicewire.engine.engine_process import AnyEngine
 from voicewire.server import protocol as p
 from voicewire.server.auth import Auth, split_subprotocols
 from voicewire.server.config import ServerConfig
@@ -36,7 +37,9 @@ log = logging.getLogger(__name__)
 WEB = Path(__file__).resolve().parents[1] / "web"
 
 
-def create_app(engine: Engine, config: ServerConfig | None = None, close_engine: bool = False) -> Starlette:
+def create_app(
+    engine: AnyEngine, config: ServerConfig | None = None, close_engine: bool = False
+) -> Starlette:
     """An app serving `engine`. The caller owns the engine, unless `close_engine`: then the app closes
     it when it shuts down (`voicewire serve`, where uvicorn ends the process by re-raising the
     signal that stopped it, so the caller's own clean-up never runs)."""
@@ -113,8 +116,10 @@ def create_app(engine: Engine, config: ServerConfig | None = None, close_engine:
     async def ready(request: Request) -> JSONResponse:
         if not app.state.warm:
             return JSONResponse({"status": "warming up"}, status_code=503)
+        if not engine.healthy:
+            return JSONResponse({"status": "engine stopped; see the server log"}, status_code=503)
         return JSONResponse(
-            {"status": "ready", "model": str(engine.model.folder), "live_streams": engine.live_streams},
+            {"status": "ready", "model": engine.info.folder, "live_streams": engine.live_streams},
         )
 
     async def metrics_endpoint(request: Request) -> Response:
@@ -152,17 +157,17 @@ def create_app(engine: Engine, config: ServerConfig | None = None, close_engine:
     return app
 
 
-async def _warm_up(engine: Engine) -> None:
+async def _warm_up(engine: AnyEngine) -> None:
     """Short streams through every stage, one alone and then three at once, so the first clients do
     not pay for first calls (on CUDA: the fused kernels compile per shape class, batch 1 or more)."""
-    model = engine.model
+    info = engine.info
     fields: dict = {}
-    if model.variant == "custom_voice":
-        fields["speaker"] = sorted(model.talker.cfg.speakers)[0]
-    elif model.variant == "voice_design":
+    if info.variant == "custom_voice":
+        fields["speaker"] = info.speakers[0]
+    elif info.variant == "voice_design":
         fields["instruct"] = "A clear voice."
     else:
-        fields["speaker_embedding"] = [0.0] * model.talker.cfg.decoder.hidden_size
+        fields["speaker_embedding"] = [0.0] * info.speaker_embedding_size
     voice = engine.voice(**fields)
 
     async def one() -> str:

@@ -77,7 +77,8 @@ def _is_loopback(host: str) -> bool:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from voicewire.engine import Engine, EngineConfig
+    from voicewire.engine import EngineConfig
+    from voicewire.engine.engine_process import EngineProcess
     from voicewire.server.app import create_app, uvicorn_options
     from voicewire.server.config import ServerConfig
 
@@ -96,7 +97,8 @@ def _serve(args: argparse.Namespace) -> int:
             f"refusing to serve on {server_config.host} without API keys: set server.api_keys in the config "
             "or VOICEWIRE_API_KEYS, or listen on 127.0.0.1"
         )
-    engine = Engine.from_config(engine_config)
+    # The engine runs in a process of its own, so sockets and Opus never hold its interpreter.
+    engine = EngineProcess.start(engine_config)
     try:
         app = create_app(engine, server_config, close_engine=True)
         log.info("serving ws://%s:%d/v1/stream", server_config.host, server_config.port)

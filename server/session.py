@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from voicewire.engine import Engine, EngineError, Stream
+from voicewire.engine import EngineError, Stream
+from voicewire.engine.engine_process import AnyEngine, RemoteStream
 from voicewire.engine.errors import StreamClosed
 from voicewire.engine.stream import SAMPLE_RATE
 from voicewire.server import protocol as p
@@ -66,7 +67,7 @@ class ContextState(enum.Enum):
 @dataclass
 class Context:
     id: str
-    stream: Stream
+    stream: Stream | RemoteStream
     encoder: AudioEncoder
     state: ContextState = ContextState.OPEN
     chars: int = 0
@@ -84,7 +85,7 @@ class _SlowConsumer(Exception):
 @dataclass
 class Session:
     websocket: WebSocket
-    engine: Engine
+    engine: AnyEngine
     codec: Codec
     config: ServerConfig
     executor: Executor

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from voicewire.engine import ChunkSchedule, Engine, EngineError, SamplingParams, StreamOptions, Voice
+from voicewire.engine import ChunkSchedule, EngineError, SamplingParams, StreamOptions, Voice
+from voicewire.engine.engine_process import AnyEngine
 from voicewire.server import protocol as p
 from voicewire.server.encoder import OutputFormat
 from voicewire.server.errors import ProtocolError, from_engine
@@ -18,7 +19,7 @@ class SessionSettings:
     format: OutputFormat
 
 
-def settings_from_start(message: p.Start, engine: Engine) -> SessionSettings:
+def settings_from_start(message: p.Start, engine: AnyEngine) -> SessionSettings:
     """Raises ProtocolError (invalid_format, invalid_voice, invalid_options)."""
     fmt = OutputFormat.from_spec(message.format)
     spec = message.voice
@@ -36,11 +37,11 @@ def settings_from_start(message: p.Start, engine: Engine) -> SessionSettings:
     return SessionSettings(voice, options, fmt)
 
 
-def _stream_options(message: p.Start, engine: Engine) -> StreamOptions:
+def _stream_options(message: p.Start, engine: AnyEngine) -> StreamOptions:
     sampling, buffering = message.sampling, message.buffering
     talker = None
     if any(v is not None for v in (sampling.temperature, sampling.top_k, sampling.top_p)):
-        defaults = engine.model.generation_config
+        defaults = engine.info.generation_config
         try:
             talker = SamplingParams(
                 temperature=float(sampling.temperature or defaults.get("temperature", 0.9)),

@@ -26,8 +26,8 @@ from pydantic import (
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from voicewire.engine import Engine, EngineError, EngineFull, StreamOptions
-from voicewire.engine.prompt import supported_languages
+from voicewire.engine import EngineError, EngineFull, StreamOptions
+from voicewire.engine.engine_process import AnyEngine
 from voicewire.engine.stream import SAMPLE_RATE
 from voicewire.server.metrics import Metrics
 from voicewire.server.tempo import TimeStretch
@@ -87,7 +87,7 @@ def _at_speed(pcm: np.ndarray, final: bool, tempo: TimeStretch | None) -> np.nda
     return pcm if tempo is None else tempo.process(pcm, final=final)
 
 
-def speech_endpoints(engine: Engine, metrics: Metrics):
+def speech_endpoints(engine: AnyEngine, metrics: Metrics):
     async def speech(request: Request) -> Response:
         try:
             body = SpeechRequest.model_validate_json(await request.body())
@@ -107,11 +107,11 @@ def speech_endpoints(engine: Engine, metrics: Metrics):
                 f"response_format {body.response_format!r} is not supported; use wav or pcm",
                 "unsupported_format",
             )
-        model = engine.model
+        info = engine.info
         fields: dict = {"language": body.language, "instruct": body.instructions}
-        if model.variant == "custom_voice":
-            fields["speaker"] = body.voice or sorted(model.talker.cfg.speakers)[0]
-        elif model.variant == "base":
+        if info.variant == "custom_voice":
+            fields["speaker"] = body.voice or info.speakers[0]
+        elif info.variant == "base":
             return _error(
                 400,
                 "this checkpoint clones voices: use the WebSocket API with a speaker_embedding",
@@ -151,18 +151,17 @@ def speech_endpoints(engine: Engine, metrics: Metrics):
                 stream.cancel()
 
     async def voices(request: Request) -> JSONResponse:
-        model = engine.model
+        info = engine.info
         speakers = [
-            {"id": name, "dialect": model.talker.cfg.speaker_dialects.get(name) or None}
-            for name in sorted(model.talker.cfg.speakers)
+            {"id": name, "dialect": info.speaker_dialects.get(name) or None} for name in info.speakers
         ]
         return JSONResponse(
             {
-                "variant": model.variant,
+                "variant": info.variant,
                 "voices": speakers,
-                "languages": supported_languages(model.talker),
-                "instructions": model.variant == "voice_design" or model.model_size == "1b7",
-                "cloning": model.variant == "base",
+                "languages": list(info.languages),
+                "instructions": info.variant == "voice_design" or info.model_size == "1b7",
+                "cloning": info.variant == "base",
             }
         )
 

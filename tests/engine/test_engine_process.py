@@ -1,0 +1,174 @@
+"""The engine in its own process: the same audio as in this process, and the same contract for
+cancel, capacity, backpressure, bad requests and a child that dies."""
+
+import asyncio
+import os
+import pickle
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from tests.engine.streaming import collect, feed, speak
+from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine.engine import Engine
+from voicewire.engine.engine_process import EngineProcess
+from voicewire.engine.errors import (
+    EngineError,
+    EngineFull,
+    InvalidOptions,
+    InvalidVoice,
+    StreamClosed,
+    StreamFailed,
+)
+
+TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun."
+GREEDY = StreamOptions(greedy=True, max_frames=30, suppress_eos=True)
+
+
+@pytest.fixture(scope="module")
+def config(tiny_checkpoints) -> EngineConfig:
+    return EngineConfig(model=str(tiny_checkpoints["custom_voice"]), max_streams=3, kv_length=256)
+
+
+@pytest.fixture(scope="module")
+def remote(config: EngineConfig):
+    with EngineProcess.start(config) as engine:
+        yield engine
+
+
+def test_the_same_codes_and_audio_as_in_process(
+    remote: EngineProcess, config: EngineConfig, tiny_models
+) -> None:
+    async def run(engine):
+        voice = engine.voice(speaker="serena", language="english")
+        engine.check_voice(voice)
+        streams = [engine.open_stream(voice, GREEDY) for _ in range(2)]
+        heard = await asyncio.gather(*(speak(s, [TEXT[:30], TEXT[30:]]) for s in streams))
+        return heard, [await s.wait() for s in streams]
+
+    there, results = asyncio.run(run(remote))
+    with Engine(tiny_models["custom_voice"], config) as local:
+        here, _ = asyncio.run(run(local))
+    assert remote.info == local.info
+    for a, b in zip(there, here, strict=True):
+        assert a.codes.shape == (30, 16)
+        np.testing.assert_array_equal(a.codes, b.codes)
+        np.testing.assert_array_equal(a.text_ids, b.text_ids)
+        # Decode batches form by timing, and batch size moves float sums in the last bits.
+        np.testing.assert_allclose(a.audio, b.audio, atol=1e-5)
+        assert [c.text for c in a.chunks] == [c.text for c in b.chunks]
+    assert [r.reason for r in results] == ["max_frames"] * 2
+    assert results[0].samples_generated == 30 * 1920
+    assert remote.live_streams == 0 and remote.healthy
+
+
+def test_cancel_capacity_and_bad_requests(remote: EngineProcess) -> None:
+    voice = remote.voice(speaker="vivian")
+    long = StreamOptions(max_frames=10_000, suppress_eos=True, seed=1)
+
+    async def run():
+        streams = [remote.open_stream(voice, long) for _ in range(3)]
+        with pytest.raises(EngineFull, match="all 3 stream slots"):
+            remote.open_stream(voice)
+        for s in streams:
+            await feed(s, [TEXT * 3], end=False)
+        first = await anext(streams[0])
+        for s in streams:
+            s.cancel()
+        after = [chunk for s in streams async for chunk in s]
+        results = [await s.wait() for s in streams]
+        again = remote.open_stream(voice, GREEDY)  # the slots are free again
+        again.end()
+        return first, after, results, await again.wait(), streams[0]
+
+    first, after, results, again, cancelled = asyncio.run(run())
+    assert first.frames == 1 and after == []
+    assert [r.reason for r in results] == ["cancelled"] * 3 and again.reason == "end"
+    with pytest.raises(StreamClosed, match="cancelled"):
+        cancelled.push_text("more")
+    with pytest.raises(InvalidVoice, match="unknown speaker 'nobody'"):
+        remote.check_voice(remote.voice(speaker="nobody"))
+    with pytest.raises(InvalidVoice, match="speaker embedding holds non-finite values"):
+        remote.voice(speaker_embedding=[float("nan")] * 64)
+
+    async def bad_options():
+        remote.open_stream(voice, StreamOptions(repetition_penalty=0.0))
+
+    with pytest.raises(InvalidOptions, match="repetition_penalty must be > 0"):
+        asyncio.run(bad_options())
+    with pytest.raises(RuntimeError, match="inside a running asyncio event loop"):
+        remote.open_stream(voice)
+    assert remote.live_streams == 0
+
+
+def test_a_voice_the_engine_refuses_fails_its_stream_only(remote: EngineProcess) -> None:
+    async def run():
+        bad = remote.open_stream(remote.voice(speaker="nobody"))
+        good = remote.open_stream(remote.voice(speaker="ryan"), GREEDY)
+        with pytest.raises(InvalidVoice, match="unknown speaker"):
+            await collect(bad)
+        heard = await speak(good, [TEXT])
+        return await bad.wait(), heard
+
+    result, heard = asyncio.run(run())
+    assert result.reason == "error" and result.error.code == "invalid_voice"
+    assert heard.codes.shape == (30, 16)
+
+
+def test_a_slow_reader_pauses_its_stream(config: EngineConfig) -> None:
+    import dataclasses
+
+    slow = dataclasses.replace(config, max_buffered_seconds=0.4)  # 5 frames
+
+    async def run(engine: EngineProcess):
+        stream = engine.open_stream(
+            engine.voice(speaker="ryan"), StreamOptions(max_frames=200, suppress_eos=True, seed=3)
+        )
+        await feed(stream, [TEXT])
+        await asyncio.sleep(1.0)
+        waiting = stream.unread_samples
+        heard = await asyncio.wait_for(collect(stream), 120)  # reading lets it go on to the end
+        return waiting, heard
+
+    with EngineProcess.start(slow) as engine:
+        waiting, heard = asyncio.run(run(engine))
+    # 5 frames of unread audio stop it, plus at most the decoder's next chunk (8 frames) in flight.
+    assert 0 < waiting <= (5 + 8) * 1920 and heard.codes.shape == (200, 16)
+
+
+def test_a_dead_engine_process_fails_its_streams_clearly(config: EngineConfig) -> None:
+    async def run(engine: EngineProcess):
+        stream = engine.open_stream(
+            engine.voice(speaker="ryan"), StreamOptions(max_frames=10_000, suppress_eos=True)
+        )
+        await feed(stream, [TEXT], end=False)
+        await anext(stream)
+        os.kill(engine._process.pid, signal.SIGKILL)
+        with pytest.raises(StreamFailed, match="the engine process exited"):
+            await asyncio.wait_for(collect(stream), 30)
+        with pytest.raises(RuntimeError, match="the engine process is gone"):
+            engine.open_stream(stream.voice)
+        return await stream.wait()
+
+    with EngineProcess.start(config) as engine:
+        result = asyncio.run(run(engine))
+        assert result.reason == "error" and not engine.healthy and engine.live_streams == 0
+
+
+def test_a_checkpoint_that_does_not_load_is_a_clear_start_error(tmp_path) -> None:
+    started = time.monotonic()
+    with pytest.raises(
+        RuntimeError,
+        match=r"the engine process failed to start: CheckpointError: .* is neither a checkpoint folder",
+    ):
+        EngineProcess.start(EngineConfig(model=str(tmp_path / "missing")))
+    assert time.monotonic() - started < 60
+
+
+def test_engine_errors_keep_their_code_across_processes() -> None:
+    error = pickle.loads(pickle.dumps(EngineError("too slow", code="custom_code")))
+    assert error.code == "custom_code" and error.message == "too slow"
+    full = pickle.loads(pickle.dumps(EngineFull("no slots")))
+    assert type(full) is EngineFull and full.code == "engine_full"
