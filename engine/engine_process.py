@@ -1,34 +1,40 @@
 """The engine in a process of its own, behind the Engine's API.
 
-`EngineProcess.start(config)` spawns a child that loads the checkpoint and runs an `Engine`. The
-parent gets `info`, `config`, `voice`, `check_voice`, `open_stream`, `live_streams`, `healthy` and
-`close`, and its `RemoteStream`s behave as the engine's `Stream`s do: text in, `async for` chunks
-out, `wait()` for the result.
+`EngineProcess.start(config)` spawns a process that loads the checkpoint, runs an `Engine` and
+listens on a private Unix socket. The server that started it, and any other server worker that
+`EngineProcess.connect`s, gets `info`, `config`, `voice`, `check_voice`, `open_stream`,
+`live_streams`, `healthy` and `close`; their `RemoteStream`s behave as the engine's `Stream`s do:
+text in, `async for` chunks out, `wait()` for the result.
 
 Why: the engine's scheduler and decoder threads give up the GIL at every GPU wait and need it back
 at once. In one process with a server they queue behind the event loop's socket, msgpack and Opus
-work; in their own process nothing else holds their interpreter.
+work; in their own process nothing else holds their interpreter. And several server processes
+can share one engine, so sockets and Opus are no longer held to one interpreter either.
 
-    parent event loop --requests--> pipe --> child main thread --> Engine and its streams
-    parent reader thread <--events, batched-- pipe <-- child sender thread <-- stream listeners
+    server event loop --requests--> socket --> reader thread (one per server) --> Engine, streams
+    server reader thread <--events, batched-- socket <-- sender thread (one per server) <-- streams
 
 Requests are sent as they happen. Events (chunks, results, replies) are batched by whatever piled
-up while the last batch was being written, so a decoder round of 256 chunks is one pipe message.
+up while the last batch was being written, so a decoder round's chunks are one message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import itertools
 import logging
 import multiprocessing
+import os
+import shutil
 import signal
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Client, Connection, Listener
 from typing import Any, TypeAlias
 
 from voicewire.engine.config import EngineConfig, StreamOptions
@@ -82,12 +88,18 @@ class _Call:
 
 @dataclass(frozen=True)
 class _Close:
-    pass
+    """To the engine process, from its owner: stop."""
+
+
+@dataclass(frozen=True)
+class _Bye:
+    """To the engine process, from a server: this connection is done; cancel its streams."""
 
 
 @dataclass(frozen=True)
 class _Ready:
     info: EngineInfo
+    config: EngineConfig
 
 
 @dataclass(frozen=True)
@@ -140,18 +152,21 @@ class _Forward:
         self._post(_Finished(self.stream_id, result))
 
 
-class _EngineHost:
-    """The child's side: requests from the pipe drive the engine; events go back in batches."""
+class _Client:
+    """One connected server process, in the child: its requests drive the engine; its streams'
+    events go back to it in batches. When it disconnects, its streams are cancelled."""
 
-    def __init__(self, engine: Engine, conn: Connection) -> None:
+    def __init__(self, engine: Engine, conn: Connection, name: str) -> None:
         self.engine = engine
         self.conn = conn
+        self.name = name
         self.streams: dict[int, Stream] = {}
         self._outbox: list[object] = []
         self._lock = threading.Lock()
         self._pending = threading.Event()
-        self._closing = False
-        self._sender = threading.Thread(target=self._send_loop, name="voicewire-engine-sender", daemon=True)
+        self._gone = False
+        threading.Thread(target=self._send_loop, name=f"voicewire-send-{name}", daemon=True).start()
+        threading.Thread(target=self._read_loop, name=f"voicewire-read-{name}", daemon=True).start()
 
     def post(self, event: object) -> None:
         with self._lock:
@@ -159,7 +174,7 @@ class _EngineHost:
         self._pending.set()
 
     def _send_loop(self) -> None:
-        while True:
+        while not self._gone:
             self._pending.wait()
             with self._lock:
                 batch, self._outbox = self._outbox, []
@@ -167,27 +182,28 @@ class _EngineHost:
             if batch:
                 try:
                     self.conn.send(batch)
-                except (OSError, EOFError):  # the parent is gone
+                except (OSError, EOFError, ValueError):  # it went away; the reader cleans up
                     return
-            if self._closing:
-                return
 
-    def serve(self) -> None:
-        self._sender.start()
-        try:
-            while True:
-                try:
-                    request = self.conn.recv()
-                except (EOFError, OSError):
-                    log.warning("the server process went away; stopping the engine")
-                    return
-                if isinstance(request, _Close):
-                    return
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                request = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            if isinstance(request, _Bye):
+                break
+            try:
                 self._handle(request)
-        finally:
-            self._closing = True
-            self._pending.set()
-            self._sender.join(timeout=CLOSE_TIMEOUT_S)
+            except Exception:  # a bug here must not take the other clients' streams down
+                log.exception("engine process: request %s from %s failed", type(request).__name__, self.name)
+        self._gone = True
+        self._pending.set()
+        for stream in list(self.streams.values()):
+            stream.cancel()
+        if self.streams:
+            log.info("%s disconnected: cancelled its %d streams", self.name, len(self.streams))
+        self.conn.close()
 
     def _handle(self, request: object) -> None:
         if isinstance(request, _Call):
@@ -197,7 +213,7 @@ class _EngineHost:
         else:
             stream = self.streams.get(request.stream_id)  # type: ignore[attr-defined]
             if stream is None:
-                return  # finished here while the parent was still talking to it
+                return  # finished here while the server was still talking to it
             try:
                 if isinstance(request, _Text):
                     stream.push_text(request.text)
@@ -210,19 +226,19 @@ class _EngineHost:
                 else:
                     stream.cancel()
             except StreamClosed:
-                pass  # the same race; the parent hears of the stream's end from its result
+                pass  # the same race; the server hears of the stream's end from its result
 
     def _open(self, request: _Open) -> None:
-        forward = _Forward(request.stream_id, self._finished_post(request.stream_id))
+        forward = _Forward(request.stream_id, self._post_and_forget(request.stream_id))
         try:
             self.streams[request.stream_id] = self.engine.open_stream(request.voice, request.options, forward)
-        except Exception as exc:  # refused here: the parent's stream fails with the reason
+        except Exception as exc:  # refused here: the server's stream fails with the reason
             error = (
                 exc if isinstance(exc, EngineError) else StreamFailed(f"the engine refused the stream: {exc}")
             )
             self.post(_Finished(request.stream_id, StreamResult("error", 0, 0, 0, -1, error)))
 
-    def _finished_post(self, stream_id: int) -> Callable[[object], None]:
+    def _post_and_forget(self, stream_id: int) -> Callable[[object], None]:
         def post(event: object) -> None:
             if isinstance(event, _Finished):
                 self.streams.pop(stream_id, None)
@@ -240,28 +256,54 @@ class _EngineHost:
                 raise EngineError(f"no engine call {call.method!r}")
         except EngineError as exc:
             return _Reply(call.call_id, None, exc)
-        except Exception as exc:  # anything else is the engine's fault, said in words the parent can read
+        except Exception as exc:  # anything else is the engine's fault, said in words the server can read
             log.exception("engine call %s failed", call.method)
             return _Reply(call.call_id, None, EngineError(f"{call.method} failed: {exc}"))
         return _Reply(call.call_id, value, None)
 
 
-def _child_main(config: EngineConfig, conn: Connection, log_level: int) -> None:
-    # Ctrl-C reaches the whole process group: the server shuts down and closes us in order.
+def _accept_loop(listener: Listener, engine: Engine, config: EngineConfig) -> None:
+    for number in itertools.count(1):
+        try:
+            conn = listener.accept()
+        except (OSError, EOFError):
+            return  # closed: shutting down
+        except multiprocessing.AuthenticationError:
+            log.warning("engine process: refused a connection with the wrong key")
+            continue
+        try:
+            conn.send(_Ready(engine.info, config))
+        except (OSError, EOFError):
+            continue
+        _Client(engine, conn, f"server-{number}")
+
+
+def _child_main(
+    config: EngineConfig, address: str, authkey: bytes, owner: Connection, log_level: int
+) -> None:
+    # Ctrl-C, and a service manager's SIGTERM, reach the whole process group: the server finishes
+    # its sessions and then closes us (or we see its end of the control pipe close if it died).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(
         level=log_level, format="%(asctime)s %(levelname)s %(name)s (engine process): %(message)s"
     )
     try:
         engine = Engine.from_config(config)
+        listener = Listener(address, family="AF_UNIX", authkey=authkey)
     except BaseException as exc:
         log.exception("the engine did not start")
-        conn.send(_StartFailed(f"{type(exc).__name__}: {exc}"))
+        owner.send(_StartFailed(f"{type(exc).__name__}: {exc}"))
         return
     try:
-        conn.send(_Ready(engine.info))
-        _EngineHost(engine, conn).serve()
+        threading.Thread(
+            target=_accept_loop, args=(listener, engine, config), name="voicewire-accept", daemon=True
+        ).start()
+        owner.send(_Ready(engine.info, config))
+        with contextlib.suppress(EOFError, OSError):
+            owner.recv()  # _Close, or EOF when the owner died without one
     finally:
+        listener.close()
         engine.close()
 
 
@@ -376,25 +418,33 @@ def _deliver_all(items: list[tuple[RemoteStream, object]]) -> None:
             stream._finish(event.result)
 
 
-class EngineProcess:
-    """An `Engine` running in a child process; see the module's docstring."""
+@dataclass
+class _Owner:
+    """What the server that started the engine process holds besides its connection."""
 
-    def __init__(
-        self,
-        process: multiprocessing.process.BaseProcess,
-        conn: Connection,
-        info: EngineInfo,
-        config: EngineConfig,
-    ) -> None:
-        self.info = info
-        self.config = config
-        self._process = process
+    process: multiprocessing.process.BaseProcess
+    control: Connection  # closing it (or sending _Close) stops the engine process
+    folder: str  # holds the socket
+
+
+class EngineProcess:
+    """A connection to an `Engine` running in its own process; see the module's docstring.
+    `start` spawns that process and owns it; `connect` joins one (another server worker)."""
+
+    def __init__(self, conn: Connection, address: str, authkey: bytes, owner: _Owner | None = None) -> None:
+        first = conn.recv()
+        assert isinstance(first, _Ready), first
+        self.info = first.info
+        self.config: EngineConfig = first.config
+        self.address = address
+        self.authkey = authkey
+        self._owner = owner
         self._conn = conn
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._streams: dict[int, RemoteStream] = {}
         self._calls: dict[int, concurrent.futures.Future] = {}
-        self._lost: str | None = None  # why the child is gone
+        self._lost: str | None = None  # why the engine is out of reach
         self._closing = False
         self._reader = threading.Thread(target=self._read_loop, name="voicewire-engine-reader", daemon=True)
         self._reader.start()
@@ -402,32 +452,49 @@ class EngineProcess:
     @classmethod
     def start(cls, config: EngineConfig, timeout_s: float = START_TIMEOUT_S) -> EngineProcess:
         """Spawn the engine process and wait until its engine is loaded (or failed to load)."""
+        folder = tempfile.mkdtemp(prefix="voicewire-engine-")  # private (0700): it holds the socket
+        address, authkey = os.path.join(folder, "engine.sock"), os.urandom(32)
         context = multiprocessing.get_context("spawn")
-        conn, child_conn = context.Pipe()
+        control, child_control = context.Pipe()
         level = logging.getLogger().getEffectiveLevel()
         process = context.Process(
-            target=_child_main, args=(config, child_conn, level), name="voicewire-engine", daemon=False
+            target=_child_main,
+            args=(config, address, authkey, child_control, level),
+            name="voicewire-engine",
+            daemon=False,  # the vllm backend starts processes of its own
         )
         process.start()
-        child_conn.close()
+        child_control.close()
         try:
-            if not conn.poll(timeout_s):
+            if not control.poll(timeout_s):
                 raise RuntimeError(f"the engine process was not ready after {timeout_s:g} s")
-            first = conn.recv()
+            first = control.recv()
+            if isinstance(first, _StartFailed):
+                process.join(timeout=CLOSE_TIMEOUT_S)
+                raise RuntimeError(f"the engine process failed to start: {first.message}")
+            engine = cls(
+                Client(address, family="AF_UNIX", authkey=authkey),
+                address,
+                authkey,
+                _Owner(process, control, folder),
+            )
         except EOFError:
             process.join(timeout=5)
+            shutil.rmtree(folder, ignore_errors=True)
             raise RuntimeError(
                 f"the engine process exited (code {process.exitcode}) before it was ready; see its log"
             ) from None
         except BaseException:
             process.kill()
+            shutil.rmtree(folder, ignore_errors=True)
             raise
-        if isinstance(first, _StartFailed):
-            process.join(timeout=CLOSE_TIMEOUT_S)
-            raise RuntimeError(f"the engine process failed to start: {first.message}")
-        assert isinstance(first, _Ready)
-        log.info("engine process %d ready (%s on %s)", process.pid, first.info.folder, first.info.device)
-        return cls(process, conn, first.info, config)
+        log.info("engine process %d ready (%s on %s)", process.pid, engine.info.folder, engine.info.device)
+        return engine
+
+    @classmethod
+    def connect(cls, address: str, authkey: bytes) -> EngineProcess:
+        """Join a running engine process (a server worker; the process that started it owns it)."""
+        return cls(Client(address, family="AF_UNIX", authkey=authkey), address, authkey)
 
     @property
     def live_streams(self) -> int:
@@ -435,8 +502,13 @@ class EngineProcess:
         return len(self._streams)
 
     @property
+    def pid(self) -> int | None:
+        """The engine process's id, for the server that started it."""
+        return self._owner.process.pid if self._owner is not None else None
+
+    @property
     def healthy(self) -> bool:
-        return self._lost is None and self._process.is_alive()
+        return self._lost is None and (self._owner is None or self._owner.process.is_alive())
 
     def voice(self, **fields: Any) -> Voice:
         """As `Engine.voice`, made in the engine process (reference audio is encoded there)."""
@@ -498,7 +570,7 @@ class EngineProcess:
                         pass
         except (EOFError, OSError):
             pass
-        self._fail_all("the engine process exited" if not self._closing else "the engine was closed")
+        self._fail_all("the engine was closed" if self._closing else "the engine process exited")
 
     def _reply(self, reply: _Reply) -> None:
         future = self._calls.pop(reply.call_id, None)
@@ -512,12 +584,7 @@ class EngineProcess:
     def _fail_all(self, reason: str) -> None:
         self._lost = reason
         if not self._closing:
-            log.error(
-                "%s (exit code %s): failing its %d streams",
-                reason,
-                self._process.exitcode,
-                len(self._streams),
-            )
+            log.error("%s: failing its %d streams", reason, len(self._streams))
         for call_id in list(self._calls):
             future = self._calls.pop(call_id, None)
             if future is not None:
@@ -533,18 +600,28 @@ class EngineProcess:
                 pass
 
     def close(self) -> None:
-        """Stop the engine process (its streams fail) and wait for it."""
+        """Disconnect (the engine process cancels this connection's streams); the owner also stops
+        the engine process and waits for it."""
         if self._closing:
             return
         self._closing = True
-        self._send(_Close())
-        self._process.join(timeout=CLOSE_TIMEOUT_S)
-        if self._process.is_alive():
+        owner = self._owner
+        if owner is None:
+            self._send(_Bye())
+            self._reader.join(timeout=CLOSE_TIMEOUT_S)  # it sees the engine process hang up
+            self._conn.close()
+            return
+        with contextlib.suppress(OSError):
+            owner.control.send(_Close())
+        owner.process.join(timeout=CLOSE_TIMEOUT_S)
+        if owner.process.is_alive():
             log.warning("the engine process did not stop in %g s; killing it", CLOSE_TIMEOUT_S)
-            self._process.kill()
-            self._process.join(timeout=5)
-        self._reader.join(timeout=5)  # it sees the pipe close with the process
+            owner.process.kill()
+            owner.process.join(timeout=5)
+        self._reader.join(timeout=5)  # it sees the connection close with the process
         self._conn.close()
+        owner.control.close()
+        shutil.rmtree(owner.folder, ignore_errors=True)
 
     def __enter__(self) -> EngineProcess:
         return self

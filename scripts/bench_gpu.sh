@@ -3,7 +3,8 @@
 # serve` in its own process with configs/gpu.yaml, and `voicewire bench` against it over loopback.
 # Usage: scripts/bench_gpu.sh SIZE LEVELS OUT_PREFIX   (e.g. 0.6b 1,8,64,256 results/0.6b)
 # Writes OUT_PREFIX.json, .md, .serve.log and .metrics.txt (the server's Prometheus metrics after the run).
-# Settings from the environment: FRAMES (100), RATE (20 words/s), PORT (8000), PYTHON (python3).
+# Settings from the environment: FRAMES (100), RATE (20 words/s), PORT (8000), PYTHON (python3),
+# WORKERS (server processes; default: the profile's server.workers).
 set -euo pipefail
 size=${1:?size: 0.6b or 1.7b}
 levels=${2:?levels, e.g. 1,8,64,256}
@@ -11,7 +12,8 @@ out=${3:?output prefix}
 py=${PYTHON:-python3}
 port=${PORT:-8000}
 model=$("$py" -c "from voicewire.engine.tiny import random_checkpoint; print(random_checkpoint('custom_voice', '$size'))")
-"$py" -m voicewire.server.cli serve --config configs/gpu.yaml --model "$model" --port "$port" >"$out.serve.log" 2>&1 &
+"$py" -m voicewire.server.cli serve --config configs/gpu.yaml --model "$model" --port "$port" \
+  ${WORKERS:+--workers "$WORKERS"} >"$out.serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
 for _ in $(seq 300); do

@@ -4,8 +4,10 @@ make-checkpoint."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -81,6 +83,7 @@ def _serve(args: argparse.Namespace) -> int:
     from voicewire.engine.engine_process import EngineProcess
     from voicewire.server.app import create_app, uvicorn_options
     from voicewire.server.config import ServerConfig
+    from voicewire.server.worker import worker_environment
 
     overrides = {"model": args.model, "device": args.device, "dtype": args.dtype, "backend": args.backend}
     if args.config:
@@ -89,7 +92,7 @@ def _serve(args: argparse.Namespace) -> int:
         engine_config = EngineConfig.from_dict(
             {k: v for k, v in overrides.items() if v is not None} | {"model": args.model or DEFAULT_MODEL}
         )
-    server_config = ServerConfig.from_yaml(args.config, host=args.host, port=args.port)
+    server_config = ServerConfig.from_yaml(args.config, host=args.host, port=args.port, workers=args.workers)
     if not (server_config.api_keys or os.environ.get("VOICEWIRE_API_KEYS")) and not _is_loopback(
         server_config.host
     ):
@@ -100,19 +103,26 @@ def _serve(args: argparse.Namespace) -> int:
     # The engine runs in a process of its own, so sockets and Opus never hold its interpreter.
     engine = EngineProcess.start(engine_config)
     try:
-        app = create_app(engine, server_config, close_engine=True)
-        log.info("serving ws://%s:%d/v1/stream", server_config.host, server_config.port)
-        if server_config.host not in ("127.0.0.1", "localhost", "::1"):
-            log.warning(
-                "no authentication yet: anyone who can reach %s can use this server", server_config.host
-            )
-        uvicorn.run(
-            app,
-            host=server_config.host,
-            port=server_config.port,
-            log_level="info",
-            **uvicorn_options(server_config),
+        options = {"host": server_config.host, "port": server_config.port, "log_level": "info"}
+        options |= uvicorn_options(server_config)
+        log.info(
+            "serving ws://%s:%d/v1/stream with %d worker(s)",
+            server_config.host,
+            server_config.port,
+            server_config.workers,
         )
+        if server_config.workers == 1:
+            uvicorn.run(create_app(engine, server_config, close_engine=True), **options)
+        else:
+            if server_config.token_secret is None:  # every worker must accept every worker's tokens
+                server_config = dataclasses.replace(server_config, token_secret=secrets.token_hex(32))
+            os.environ.update(worker_environment(engine, server_config))
+            uvicorn.run(
+                "voicewire.server.worker:create_worker_app",
+                factory=True,
+                workers=server_config.workers,
+                **options,
+            )
     finally:
         engine.close()
     return 0
@@ -342,6 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
+    serve.add_argument(
+        "--workers", type=int, help="processes serving sockets and Opus, sharing the engine (default 1)"
+    )
     serve.add_argument("--device", help="cpu, cuda or cuda:N")
     serve.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     serve.add_argument(

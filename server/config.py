@@ -24,8 +24,11 @@ class ServerConfig:
     token_secret: str | None = None  # signs browser tokens; None: random per process
     token_ttl_s: float = 300.0
     allowed_origins: tuple[str, ...] = ()  # browser origins allowed; empty: any
-    max_sessions: int = 256  # sockets open at once, all keys together
-    max_sessions_per_key: int = 16
+    max_sessions: int = 256  # sockets open at once, all keys together (per worker)
+    max_sessions_per_key: int = 16  # per worker
+    # Processes serving sockets and encoding audio, all on one engine process. Above 1, the
+    # session limits above hold per worker, and token_secret is shared (made up if unset).
+    workers: int = 1
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -2,6 +2,7 @@
 cancel, capacity, backpressure, bad requests and a child that dies."""
 
 import asyncio
+import multiprocessing
 import os
 import pickle
 import signal
@@ -117,6 +118,51 @@ def test_a_voice_the_engine_refuses_fails_its_stream_only(remote: EngineProcess)
     assert heard.codes.shape == (30, 16)
 
 
+def test_a_second_server_shares_the_engine_and_its_streams_end_with_it(remote: EngineProcess) -> None:
+    async def two_at_once(other: EngineProcess):
+        ours = remote.open_stream(remote.voice(speaker="serena"), GREEDY)
+        theirs = other.open_stream(other.voice(speaker="serena"), GREEDY)
+        return await asyncio.gather(speak(ours, [TEXT]), speak(theirs, [TEXT]))
+
+    async def hold_every_slot(other: EngineProcess):
+        long = StreamOptions(max_frames=10_000, suppress_eos=True)
+        held = [other.open_stream(other.voice(speaker="ryan"), long) for _ in range(3)]
+        for s in held:
+            await feed(s, [TEXT], end=False)
+        await anext(held[0])
+        refused = remote.open_stream(remote.voice(speaker="ryan"))  # the engine, not this side, is full
+        with pytest.raises(EngineFull, match="all 3 stream slots"):
+            await collect(refused)
+
+    with EngineProcess.connect(remote.address, remote.authkey) as other:
+        assert other.info == remote.info and other.config == remote.config and other.pid is None
+        ours, theirs = asyncio.run(two_at_once(other))
+        np.testing.assert_array_equal(ours.codes, theirs.codes)
+        asyncio.run(hold_every_slot(other))
+    # Gone: the engine cancelled its three streams, so every slot is free again.
+
+    async def fill():
+        streams = [remote.open_stream(remote.voice(speaker="ryan"), GREEDY) for _ in range(3)]
+        return await asyncio.gather(*(speak(s, ["Hi."]) for s in streams))
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            heard = asyncio.run(fill())
+            break
+        except EngineFull:
+            assert time.monotonic() < deadline, "the disconnected server's streams kept their slots"
+            time.sleep(0.2)
+    assert [h.codes.shape for h in heard] == [(30, 16)] * 3
+    assert remote.healthy
+
+
+def test_a_wrong_key_is_refused(remote: EngineProcess) -> None:
+    with pytest.raises(multiprocessing.AuthenticationError):
+        EngineProcess.connect(remote.address, b"not the key")
+    assert remote.healthy
+
+
 def test_a_slow_reader_pauses_its_stream(config: EngineConfig) -> None:
     import dataclasses
 
@@ -145,7 +191,7 @@ def test_a_dead_engine_process_fails_its_streams_clearly(config: EngineConfig) -
         )
         await feed(stream, [TEXT], end=False)
         await anext(stream)
-        os.kill(engine._process.pid, signal.SIGKILL)
+        os.kill(engine.pid, signal.SIGKILL)
         with pytest.raises(StreamFailed, match="the engine process exited"):
             await asyncio.wait_for(collect(stream), 30)
         with pytest.raises(RuntimeError, match="the engine process is gone"):

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from voicewire.engine import Engine, EngineConfig
+from voicewire.engine.engine_process import EngineProcess
 from voicewire.server.app import BackgroundServer, create_app
 from voicewire.server.config import ServerConfig
 
@@ -22,7 +23,7 @@ from voicewire.server.config import ServerConfig
 class RunningServer:
     url: str  # ws://127.0.0.1:PORT
     http: str  # http://127.0.0.1:PORT
-    engine: "Engine | RemoteEngine"
+    engine: "Engine | EngineProcess | RemoteEngine"
     config: ServerConfig
 
 
@@ -42,6 +43,18 @@ class RemoteEngine:
 def running_server(model, config: ServerConfig) -> Iterator[RunningServer]:
     """A real server for `model` with `config`, stopped (and its engine closed) on exit."""
     with Engine(model, EngineConfig(max_streams=8, kv_length=256)) as engine:
+        runner = BackgroundServer(create_app(engine, config))
+        port = runner.start()
+        try:
+            yield RunningServer(f"ws://127.0.0.1:{port}", f"http://127.0.0.1:{port}", engine, config)
+        finally:
+            runner.stop()
+
+
+@contextlib.contextmanager
+def process_server(folder: Path, config: ServerConfig) -> Iterator[RunningServer]:
+    """A real server whose engine runs in its own process (as `voicewire serve` runs it)."""
+    with EngineProcess.start(EngineConfig(model=str(folder), max_streams=8, kv_length=256)) as engine:
         runner = BackgroundServer(create_app(engine, config))
         port = runner.start()
         try:

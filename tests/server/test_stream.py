@@ -11,9 +11,10 @@ import pytest
 import soxr
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.server.conftest import RunningServer, running_server, vllm_server
+from tests.server.conftest import RunningServer, process_server, running_server, vllm_server
 from tests.server.wsclient import JSON, MSGPACK, WireClient
 from voicewire.engine import Engine
+from voicewire.engine.engine_process import EngineProcess
 from voicewire.engine.model import Qwen3TTS, SynthesisRequest
 from voicewire.server.config import ServerConfig
 from voicewire.server.encoder import mulaw_decode
@@ -38,13 +39,17 @@ async def _speak(client: WireClient, context: str, text: str) -> tuple[dict, lis
     return await client.until(lambda m: m["type"] in ("done", "error") and m.get("context_id") == context)
 
 
-@pytest.fixture(scope="module", params=["torch", "vllm"])
-def server(request, tiny_models, tmp_path_factory) -> Iterator[RunningServer]:
-    """The server in process on the torch backend, and `voicewire serve --backend vllm` in the vLLM
-    virtualenv: every test below runs against both."""
+@pytest.fixture(scope="module", params=["torch", "engine-process", "vllm"])
+def server(request, tiny_models, tiny_checkpoints, tmp_path_factory) -> Iterator[RunningServer]:
+    """The server with the torch engine in its process, the same with the engine in a process of its
+    own (as `voicewire serve` runs), and `voicewire serve --backend vllm` in the vLLM virtualenv:
+    every test below runs against all three."""
     config = ServerConfig(max_contexts=3, max_text_chars=500, max_message_bytes=4096, send_queue=4096)
     if request.param == "torch":
         with running_server(tiny_models["custom_voice"], config) as running:
+            yield running
+    elif request.param == "engine-process":
+        with process_server(tiny_checkpoints["custom_voice"], config) as running:
             yield running
     else:
         with vllm_server(config, tmp_path_factory.mktemp("vllm-server")) as running:
@@ -52,13 +57,17 @@ def server(request, tiny_models, tmp_path_factory) -> Iterator[RunningServer]:
 
 
 @pytest.fixture(scope="module")
-def reference(server: RunningServer) -> np.ndarray:
+def reference(server: RunningServer, tiny_models) -> np.ndarray:
     """The engine's own PCM (24 kHz) for TEXT, from the server's checkpoint (the built-in tiny one
     for the vllm server) in process: the same greedy codes the server makes."""
     request = SynthesisRequest(
         text=TEXT, speaker="vivian", language="english", layout="dual_track", greedy=True, max_frames=FRAMES
     )
-    model = server.engine.model if isinstance(server.engine, Engine) else Qwen3TTS.load("tiny")
+    model = (
+        tiny_models["custom_voice"]
+        if isinstance(server.engine, Engine | EngineProcess)
+        else Qwen3TTS.load("tiny")
+    )
     return model.synthesize(request).audio
 
 

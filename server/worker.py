@@ -1,0 +1,43 @@
+"""Server workers: with `server.workers` above 1, uvicorn runs that many processes, each serving its
+share of the sockets (and encoding their Opus), all on the one engine process that `voicewire
+serve` started. Each worker builds its app here, from what `voicewire serve` put in its environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+
+from starlette.applications import Starlette
+
+from voicewire.engine.engine_process import EngineProcess
+from voicewire.server.app import create_app
+from voicewire.server.config import ServerConfig
+
+ENGINE_ADDRESS = "VOICEWIRE_ENGINE_ADDRESS"
+ENGINE_KEY = "VOICEWIRE_ENGINE_KEY"
+SERVER_CONFIG = "VOICEWIRE_SERVER_CONFIG"
+LOG_LEVEL = "VOICEWIRE_LOG_LEVEL"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def worker_environment(engine: EngineProcess, config: ServerConfig) -> dict[str, str]:
+    """What a worker needs: where the engine listens, its key, and the server settings."""
+    return {
+        ENGINE_ADDRESS: engine.address,
+        ENGINE_KEY: engine.authkey.hex(),
+        SERVER_CONFIG: json.dumps(dataclasses.asdict(config)),
+        LOG_LEVEL: str(logging.getLogger().getEffectiveLevel()),
+    }
+
+
+def create_worker_app() -> Starlette:
+    """uvicorn's app factory in each worker process."""
+    logging.basicConfig(level=int(os.environ.get(LOG_LEVEL, logging.INFO)), format=LOG_FORMAT)
+    data = json.loads(os.environ[SERVER_CONFIG])
+    for name in ("api_keys", "allowed_origins"):
+        data[name] = tuple(data[name])
+    engine = EngineProcess.connect(os.environ[ENGINE_ADDRESS], bytes.fromhex(os.environ[ENGINE_KEY]))
+    return create_app(engine, ServerConfig(**data), close_engine=True)
