@@ -4,10 +4,8 @@ make-checkpoint."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
-import secrets
 import sys
 from pathlib import Path
 
@@ -114,8 +112,6 @@ def _serve(args: argparse.Namespace) -> int:
         if server_config.workers == 1:
             uvicorn.run(create_app(engine, server_config, close_engine=True), **options)
         else:
-            if server_config.token_secret is None:  # every worker must accept every worker's tokens
-                server_config = dataclasses.replace(server_config, token_secret=secrets.token_hex(32))
             os.environ.update(worker_environment(engine, server_config))
             uvicorn.run(
                 "voicewire.server.worker:create_worker_app",

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import logging
 import os
+import secrets
 
 from starlette.applications import Starlette
 
@@ -24,7 +25,10 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def worker_environment(engine: EngineProcess, config: ServerConfig) -> dict[str, str]:
-    """What a worker needs: where the engine listens, its key, and the server settings."""
+    """What a worker needs: where the engine listens, its key, and the server settings, with one
+    token secret for all (a token minted by one worker must open a socket on any)."""
+    if config.token_secret is None:
+        config = dataclasses.replace(config, token_secret=secrets.token_hex(32))
     return {
         ENGINE_ADDRESS: engine.address,
         ENGINE_KEY: engine.authkey.hex(),

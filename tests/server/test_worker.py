@@ -1,0 +1,112 @@
+"""Several server workers on one engine process: the worker app factory, and `voicewire serve
+--workers 2` end to end (sessions on a shared engine, a clean stop that takes the engine along)."""
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.server.conftest import _descendants
+from tests.server.wsclient import WireClient
+from voicewire.engine import EngineConfig
+from voicewire.engine.engine_process import EngineProcess
+from voicewire.server.app import BackgroundServer
+from voicewire.server.config import ServerConfig
+from voicewire.server.worker import create_worker_app, worker_environment
+
+
+async def _speak(url: str, text: str) -> tuple[str, int]:
+    client = await WireClient.open(url)
+    await client.start(voice={"speaker": "ryan"}, sampling={"greedy": True}, max_frames=6)
+    await client.send({"type": "text", "context_id": "a", "text": text})
+    await client.send({"type": "end", "context_id": "a"})
+    done, messages = await client.until(lambda m: m["type"] == "done")
+    await client.close()
+    return done["reason"], sum(m["samples"] for m in messages if m["type"] == "audio")
+
+
+def test_a_worker_app_joins_the_engine_of_its_environment(tiny_checkpoints, monkeypatch) -> None:
+    config = ServerConfig(max_contexts=2)
+    with EngineProcess.start(
+        EngineConfig(model=str(tiny_checkpoints["custom_voice"]), max_streams=4)
+    ) as engine:
+        environment = worker_environment(engine, config)
+        assert worker_environment(engine, config) != environment  # a fresh shared secret each time
+        for name, value in environment.items():
+            monkeypatch.setenv(name, value)
+        app = create_worker_app()
+        assert app.state.config == ServerConfig(max_contexts=2, token_secret=app.state.config.token_secret)
+        assert len(app.state.config.token_secret) == 64
+        runner = BackgroundServer(app)
+        port = runner.start()
+        try:
+            reason, samples = asyncio.run(_speak(f"ws://127.0.0.1:{port}", "Hello there."))
+        finally:
+            runner.stop()
+        assert reason == "max_frames" and samples == 6 * 1920 * 2  # 48 kHz Opus by default
+        assert engine.healthy  # the worker's going did not stop the engine
+
+
+def test_serve_with_two_workers(tiny_checkpoints, tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    profile = tmp_path / "workers.yaml"
+    profile.write_text(
+        yaml.safe_dump({"engine": {"max_streams": 8, "kv_length": 256}, "server": {"workers": 2}})
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "voicewire.server.cli",
+        "serve",
+        "--model",
+        str(tiny_checkpoints["custom_voice"]),
+    ]
+    log = open(tmp_path / "serve.log", "w")
+    process = subprocess.Popen(
+        [*command, "--config", str(profile), "--port", str(port)], stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the server did not become ready"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.3)
+        children = _descendants(process.pid)
+        assert len(children) >= 3  # two workers and the engine process (and multiprocessing's helper)
+
+        async def many():
+            return await asyncio.gather(*(_speak(f"ws://127.0.0.1:{port}", "Hi.") for _ in range(6)))
+
+        assert asyncio.run(many()) == [("max_frames", 6 * 1920 * 2)] * 6
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        log.close()
+    deadline = time.monotonic() + 15  # multiprocessing's resource tracker leaves last, by a moment
+    while [pid for pid in children if os.path.exists(f"/proc/{pid}")] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")], "processes outlived the server"
+    assert "with 2 worker(s)" in (tmp_path / "serve.log").read_text()
+
+
+@pytest.mark.parametrize("workers", [0, -1])
+def test_workers_must_be_positive(workers: int) -> None:
+    with pytest.raises(ValueError, match="workers must be > 0"):
+        ServerConfig(workers=workers)
