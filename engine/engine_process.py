@@ -41,7 +41,7 @@ from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.engine import Engine, EngineInfo, generation_options
 from voicewire.engine.errors import EngineError, EngineFull, StreamClosed, StreamFailed
 from voicewire.engine.prompt import Voice
-from voicewire.engine.stream import AudioChunk, Stream, StreamResult
+from voicewire.engine.stream import AudioChunk, Done, Stream, StreamResult, chunk_or_end
 
 log = logging.getLogger(__name__)
 
@@ -310,10 +310,6 @@ def _child_main(
 # --- the parent --------------------------------------------------------------------------------
 
 
-class _Done:
-    """Queue sentinel: no more chunks."""
-
-
 class RemoteStream:
     """The parent's handle on a stream in the engine process; used like `Stream`, in the event loop
     that opened it."""
@@ -327,7 +323,7 @@ class RemoteStream:
         except RuntimeError:
             raise RuntimeError("open_stream must be called inside a running asyncio event loop") from None
         self._engine = engine
-        self._chunks: asyncio.Queue[AudioChunk | type[_Done]] = asyncio.Queue()
+        self._chunks: asyncio.Queue[AudioChunk | type[Done]] = asyncio.Queue()
         self._done = asyncio.Event()
         self._result: StreamResult | None = None
         self._ended = False
@@ -354,7 +350,7 @@ class RemoteStream:
         if self._cancelled:
             return
         self._cancelled = True
-        self._chunks.put_nowait(_Done)
+        self._chunks.put_nowait(Done)
         if self._result is None:
             self._engine._send(_Mark(self.id, "cancel"))
 
@@ -372,12 +368,7 @@ class RemoteStream:
     async def __anext__(self) -> AudioChunk:
         if self._cancelled:
             raise StopAsyncIteration
-        item = await self._chunks.get()
-        if item is _Done or self._cancelled:
-            if self._result is not None and self._result.error is not None:
-                raise self._result.error
-            raise StopAsyncIteration
-        assert isinstance(item, AudioChunk)
+        item = chunk_or_end(await self._chunks.get(), self._cancelled, self._result)
         self.consumed_samples += item.pcm.shape[0]
         if self._result is None:  # a stream paused for being too far ahead may go on
             self._engine._send(_Acknowledge(self.id, self.consumed_samples))
@@ -406,7 +397,7 @@ class RemoteStream:
 
     def _finish(self, result: StreamResult) -> None:
         self._result = result
-        self._chunks.put_nowait(_Done)
+        self._chunks.put_nowait(Done)
         self._done.set()
 
 

@@ -67,8 +67,19 @@ class StreamListener(Protocol):
     def finished(self, stream: Stream, result: StreamResult) -> None: ...
 
 
-class _Done:
-    """Queue sentinel: no more chunks."""
+class Done:
+    """Chunk-queue sentinel: no more chunks."""
+
+
+def chunk_or_end(item: AudioChunk | type[Done], cancelled: bool, result: StreamResult | None) -> AudioChunk:
+    """What a stream's iterator makes of the next queue item: the chunk, or the end (raising the
+    stream's error when it failed)."""
+    if item is Done or cancelled:
+        if result is not None and result.error is not None:
+            raise result.error
+        raise StopAsyncIteration
+    assert isinstance(item, AudioChunk)
+    return item
 
 
 class Stream:
@@ -102,7 +113,7 @@ class Stream:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
-        self._chunks: asyncio.Queue[AudioChunk | type[_Done]] | None = None
+        self._chunks: asyncio.Queue[AudioChunk | type[Done]] | None = None
         self._done: asyncio.Event | None = None
         if self._loop is not None and listener is None:
             self._chunks, self._done = asyncio.Queue(), asyncio.Event()
@@ -140,7 +151,7 @@ class Stream:
         with self._lock:
             self._cancel_requested = True
         if self._loop is not None and self._chunks is not None:
-            self._call_in_loop(self._chunks.put_nowait, _Done)
+            self._call_in_loop(self._chunks.put_nowait, Done)
         self._wake()
 
     def _check_open(self) -> None:
@@ -164,12 +175,7 @@ class Stream:
             raise RuntimeError("iterate a stream in the event loop it was opened in")
         if self._cancel_requested:
             raise StopAsyncIteration
-        item = await self._chunks.get()
-        if item is _Done or self._cancel_requested:
-            if self._result is not None and self._result.error is not None:
-                raise self._result.error
-            raise StopAsyncIteration
-        assert isinstance(item, AudioChunk)
+        item = chunk_or_end(await self._chunks.get(), self._cancel_requested, self._result)
         self.consumed_samples += item.pcm.shape[0]
         self._wake()  # a stream paused for being too far ahead may go on
         return item
@@ -221,7 +227,7 @@ class Stream:
         if self._listener is not None:
             self._listener.finished(self, result)
         elif self._chunks is not None and self._done is not None:
-            self._call_in_loop(self._chunks.put_nowait, _Done)
+            self._call_in_loop(self._chunks.put_nowait, Done)
             self._call_in_loop(self._done.set)
 
     def _call_in_loop(self, fn: Callable, *args: object) -> None:

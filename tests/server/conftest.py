@@ -40,27 +40,32 @@ class RemoteEngine:
 
 
 @contextlib.contextmanager
+def serving(engine: "Engine | EngineProcess", config: ServerConfig) -> Iterator[RunningServer]:
+    """A real server on loopback for `engine`, stopped on exit."""
+    runner = BackgroundServer(create_app(engine, config))
+    port = runner.start()
+    try:
+        yield RunningServer(f"ws://127.0.0.1:{port}", f"http://127.0.0.1:{port}", engine, config)
+    finally:
+        runner.stop()
+
+
+@contextlib.contextmanager
 def running_server(model, config: ServerConfig) -> Iterator[RunningServer]:
-    """A real server for `model` with `config`, stopped (and its engine closed) on exit."""
-    with Engine(model, EngineConfig(max_streams=8, kv_length=256)) as engine:
-        runner = BackgroundServer(create_app(engine, config))
-        port = runner.start()
-        try:
-            yield RunningServer(f"ws://127.0.0.1:{port}", f"http://127.0.0.1:{port}", engine, config)
-        finally:
-            runner.stop()
+    """A real server for `model` with `config`, its engine in this process (closed on exit)."""
+    with (
+        Engine(model, EngineConfig(max_streams=8, kv_length=256)) as engine,
+        serving(engine, config) as running,
+    ):
+        yield running
 
 
 @contextlib.contextmanager
 def process_server(folder: Path, config: ServerConfig) -> Iterator[RunningServer]:
     """A real server whose engine runs in its own process (as `voicewire serve` runs it)."""
-    with EngineProcess.start(EngineConfig(model=str(folder), max_streams=8, kv_length=256)) as engine:
-        runner = BackgroundServer(create_app(engine, config))
-        port = runner.start()
-        try:
-            yield RunningServer(f"ws://127.0.0.1:{port}", f"http://127.0.0.1:{port}", engine, config)
-        finally:
-            runner.stop()
+    engine_config = EngineConfig(model=str(folder), max_streams=8, kv_length=256)
+    with EngineProcess.start(engine_config) as engine, serving(engine, config) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
