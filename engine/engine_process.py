@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any, TypeAlias
 
+from voicewire.engine.checkpoint import CheckpointError
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.engine import Engine, EngineInfo, generation_options
 from voicewire.engine.errors import EngineError, EngineFull, StreamClosed, StreamFailed
@@ -48,6 +49,9 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 1800.0  # loading, graph capture and (vllm backend) vLLM's own start
 CALL_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 60.0
+MAX_KEPT_VOICES = 256
+# A checkpoint that is not there, a bad setting: raised again in the server, as in one process.
+SETTINGS_ERRORS = (CheckpointError, ValueError, FileNotFoundError)
 
 
 # --- what crosses the pipe ---------------------------------------------------------------------
@@ -105,6 +109,7 @@ class _Ready:
 @dataclass(frozen=True)
 class _StartFailed:
     message: str
+    error: Exception | None = None  # a mistake in the settings, raised again as it was
 
 
 @dataclass(frozen=True)
@@ -291,6 +296,9 @@ def _child_main(
     try:
         engine = Engine.from_config(config)
         listener = Listener(address, family="AF_UNIX", authkey=authkey)
+    except SETTINGS_ERRORS as exc:  # the server says it in one line
+        owner.send(_StartFailed(f"{type(exc).__name__}: {exc}", exc))
+        return
     except BaseException as exc:
         log.exception("the engine did not start")
         owner.send(_StartFailed(f"{type(exc).__name__}: {exc}"))
@@ -435,6 +443,8 @@ class EngineProcess:
         self._ids = itertools.count(1)
         self._streams: dict[int, RemoteStream] = {}
         self._calls: dict[int, concurrent.futures.Future] = {}
+        self._voices: dict[tuple, Voice] = {}  # by their fields, oldest first
+        self._checked: set[int] = set()  # ids of kept voices that passed check_voice
         self._lost: str | None = None  # why the engine is out of reach
         self._closing = False
         self._reader = threading.Thread(target=self._read_loop, name="voicewire-engine-reader", daemon=True)
@@ -462,6 +472,8 @@ class EngineProcess:
             first = control.recv()
             if isinstance(first, _StartFailed):
                 process.join(timeout=CLOSE_TIMEOUT_S)
+                if first.error is not None:
+                    raise first.error
                 raise RuntimeError(f"the engine process failed to start: {first.message}")
             engine = cls(
                 Client(address, family="AF_UNIX", authkey=authkey),
@@ -502,11 +514,26 @@ class EngineProcess:
         return self._lost is None and (self._owner is None or self._owner.process.is_alive())
 
     def voice(self, **fields: Any) -> Voice:
-        """As `Engine.voice`, made in the engine process (reference audio is encoded there)."""
-        return self._call("voice", **fields)
+        """As `Engine.voice`, made in the engine process (reference audio is encoded there). Voices
+        named by plain fields (speaker, language, instruct) are kept for the next session, and so is
+        their check: a burst of sessions then waits for no call to the engine process."""
+        if not all(v is None or isinstance(v, str) for v in fields.values()):
+            return self._call("voice", **fields)  # reference audio or an embedding: not kept
+        key = tuple(sorted(fields.items()))
+        voice = self._voices.get(key)
+        if voice is None:
+            voice = self._voices[key] = self._call("voice", **fields)
+            if len(self._voices) > MAX_KEPT_VOICES:
+                self._checked.discard(id(self._voices.pop(next(iter(self._voices)))))
+        return voice
 
     def check_voice(self, voice: Voice) -> None:
+        """As `Engine.check_voice`; a kept voice that passed is not sent again."""
+        if id(voice) in self._checked:
+            return
         self._call("check_voice", voice)
+        if any(kept is voice for kept in self._voices.values()):
+            self._checked.add(id(voice))
 
     def open_stream(self, voice: Voice, options: StreamOptions | None = None) -> RemoteStream:
         """As `Engine.open_stream`. Options and capacity are checked here; a voice the engine

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.engine.streaming import collect, feed, speak
+from voicewire.engine.checkpoint import CheckpointError
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.engine import Engine
 from voicewire.engine.engine_process import EngineProcess
@@ -23,6 +24,7 @@ from voicewire.engine.errors import (
     StreamClosed,
     StreamFailed,
 )
+from voicewire.engine.prompt import Voice
 
 TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun."
 GREEDY = StreamOptions(greedy=True, max_frames=30, suppress_eos=True)
@@ -106,7 +108,7 @@ def test_cancel_capacity_and_bad_requests(remote: EngineProcess) -> None:
 
 def test_a_voice_the_engine_refuses_fails_its_stream_only(remote: EngineProcess) -> None:
     async def run():
-        bad = remote.open_stream(remote.voice(speaker="nobody"))
+        bad = remote.open_stream(Voice(speaker="nobody"))
         good = remote.open_stream(remote.voice(speaker="ryan"), GREEDY)
         with pytest.raises(InvalidVoice, match="unknown speaker"):
             await collect(bad)
@@ -157,6 +159,33 @@ def test_a_second_server_shares_the_engine_and_its_streams_end_with_it(remote: E
     assert remote.healthy
 
 
+def test_named_voices_are_kept_and_checked_once(remote: EngineProcess, monkeypatch) -> None:
+    calls = []
+    real_call = remote._call
+
+    def counting_call(method, *args, **kwargs):
+        calls.append(method)
+        return real_call(method, *args, **kwargs)
+
+    monkeypatch.setattr(remote, "_call", counting_call)
+    first = remote.voice(speaker="aiden", language="english")
+    remote.check_voice(first)
+    again = remote.voice(language="english", speaker="aiden")
+    remote.check_voice(again)
+    assert again is first and calls == ["voice", "check_voice"]
+    nobody = remote.voice(speaker="no one")
+    for _ in range(2):  # a voice that fails its check is asked about each time
+        with pytest.raises(InvalidVoice, match="unknown speaker 'no one'"):
+            remote.check_voice(nobody)
+    assert calls == ["voice", "check_voice", "voice", "check_voice", "check_voice"]
+    embedded = remote.voice(speaker="aiden", speaker_embedding=None, instruct=None)
+    assert embedded is not first  # other fields, another voice
+    calls.clear()
+    remote.voice(speaker_embedding=[0.5] * 64)  # not plain fields: asked for each time
+    remote.voice(speaker_embedding=[0.5] * 64)
+    assert calls == ["voice", "voice"]
+
+
 def test_a_wrong_key_is_refused(remote: EngineProcess) -> None:
     with pytest.raises(multiprocessing.AuthenticationError):
         EngineProcess.connect(remote.address, b"not the key")
@@ -205,11 +234,10 @@ def test_a_dead_engine_process_fails_its_streams_clearly(config: EngineConfig) -
 
 def test_a_checkpoint_that_does_not_load_is_a_clear_start_error(tmp_path) -> None:
     started = time.monotonic()
-    with pytest.raises(
-        RuntimeError,
-        match=r"the engine process failed to start: CheckpointError: .* is neither a checkpoint folder",
-    ):
+    with pytest.raises(CheckpointError, match="is neither a checkpoint folder nor a Hugging Face repo id"):
         EngineProcess.start(EngineConfig(model=str(tmp_path / "missing")))
+    with pytest.raises(ValueError, match="unknown dtype"):
+        EngineProcess.start(EngineConfig(model="tiny", dtype="float8"))
     assert time.monotonic() - started < 60
 
 
