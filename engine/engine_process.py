@@ -430,7 +430,14 @@ class EngineProcess:
     """A connection to an `Engine` running in its own process; see the module's docstring.
     `start` spawns that process and owns it; `connect` joins one (another server worker)."""
 
-    def __init__(self, conn: Connection, address: str, authkey: bytes, owner: _Owner | None = None) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        address: str,
+        authkey: bytes,
+        owner: _Owner | None = None,
+        on_lost: Callable[[], None] | None = None,
+    ) -> None:
         first = conn.recv()
         assert isinstance(first, _Ready), first
         self.info = first.info
@@ -446,13 +453,20 @@ class EngineProcess:
         self._voices: dict[tuple, Voice] = {}  # by their fields, oldest first
         self._checked: set[int] = set()  # ids of kept voices that passed check_voice
         self._lost: str | None = None  # why the engine is out of reach
+        self._on_lost = on_lost
         self._closing = False
         self._reader = threading.Thread(target=self._read_loop, name="voicewire-engine-reader", daemon=True)
         self._reader.start()
 
     @classmethod
-    def start(cls, config: EngineConfig, timeout_s: float = START_TIMEOUT_S) -> EngineProcess:
-        """Spawn the engine process and wait until its engine is loaded (or failed to load)."""
+    def start(
+        cls,
+        config: EngineConfig,
+        timeout_s: float = START_TIMEOUT_S,
+        on_lost: Callable[[], None] | None = None,
+    ) -> EngineProcess:
+        """Spawn the engine process and wait until its engine is loaded (or failed to load).
+        `on_lost` is called (in a reader thread) if the engine process goes away unasked."""
         folder = tempfile.mkdtemp(prefix="voicewire-engine-")  # private (0700): it holds the socket
         address, authkey = os.path.join(folder, "engine.sock"), os.urandom(32)
         context = multiprocessing.get_context("spawn")
@@ -480,6 +494,7 @@ class EngineProcess:
                 address,
                 authkey,
                 _Owner(process, control, folder),
+                on_lost,
             )
         except EOFError:
             process.join(timeout=5)
@@ -495,9 +510,11 @@ class EngineProcess:
         return engine
 
     @classmethod
-    def connect(cls, address: str, authkey: bytes) -> EngineProcess:
+    def connect(
+        cls, address: str, authkey: bytes, on_lost: Callable[[], None] | None = None
+    ) -> EngineProcess:
         """Join a running engine process (a server worker; the process that started it owns it)."""
-        return cls(Client(address, family="AF_UNIX", authkey=authkey), address, authkey)
+        return cls(Client(address, family="AF_UNIX", authkey=authkey), address, authkey, on_lost=on_lost)
 
     @property
     def live_streams(self) -> int:
@@ -589,6 +606,8 @@ class EngineProcess:
         except (EOFError, OSError):
             pass
         self._fail_all("the engine was closed" if self._closing else "the engine process exited")
+        if not self._closing and self._on_lost is not None:
+            self._on_lost()
 
     def _reply(self, reply: _Reply) -> None:
         future = self._calls.pop(reply.call_id, None)

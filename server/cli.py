@@ -81,7 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
     from voicewire.engine.engine_process import EngineProcess
     from voicewire.server.app import create_app, uvicorn_options
     from voicewire.server.config import ServerConfig
-    from voicewire.server.worker import worker_environment
+    from voicewire.server.worker import stop_this_process, worker_environment
 
     overrides = {"model": args.model, "device": args.device, "dtype": args.dtype, "backend": args.backend}
     if args.config:
@@ -99,7 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
             "or VOICEWIRE_API_KEYS, or listen on 127.0.0.1"
         )
     # The engine runs in a process of its own, so sockets and Opus never hold its interpreter.
-    engine = EngineProcess.start(engine_config)
+    engine = EngineProcess.start(engine_config, on_lost=stop_this_process)
     try:
         options = {"host": server_config.host, "port": server_config.port, "log_level": "info"}
         options |= uvicorn_options(server_config)
@@ -119,6 +119,9 @@ def _serve(args: argparse.Namespace) -> int:
                 workers=server_config.workers,
                 **options,
             )
+        if not engine.healthy:  # it stopped because its engine did: say so to the supervisor
+            log.error("the server stopped because its engine process exited")
+            return 1
     finally:
         engine.close()
     return 0

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 
 from starlette.applications import Starlette
 
@@ -22,6 +23,8 @@ ENGINE_KEY = "VOICEWIRE_ENGINE_KEY"
 SERVER_CONFIG = "VOICEWIRE_SERVER_CONFIG"
 LOG_LEVEL = "VOICEWIRE_LOG_LEVEL"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+log = logging.getLogger(__name__)
 
 
 def worker_environment(engine: EngineProcess, config: ServerConfig) -> dict[str, str]:
@@ -37,11 +40,20 @@ def worker_environment(engine: EngineProcess, config: ServerConfig) -> dict[str,
     }
 
 
+def stop_this_process() -> None:
+    """The engine process went away unasked: stop serving (uvicorn shuts down on SIGTERM), so that
+    nothing is left listening that can only fail, and a supervisor restarts the whole server."""
+    log.error("the engine process is gone: stopping server process %d", os.getpid())
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def create_worker_app() -> Starlette:
     """uvicorn's app factory in each worker process."""
     logging.basicConfig(level=int(os.environ.get(LOG_LEVEL, logging.INFO)), format=LOG_FORMAT)
     data = json.loads(os.environ[SERVER_CONFIG])
     for name in ("api_keys", "allowed_origins"):
         data[name] = tuple(data[name])
-    engine = EngineProcess.connect(os.environ[ENGINE_ADDRESS], bytes.fromhex(os.environ[ENGINE_KEY]))
+    engine = EngineProcess.connect(
+        os.environ[ENGINE_ADDRESS], bytes.fromhex(os.environ[ENGINE_KEY]), on_lost=stop_this_process
+    )
     return create_app(engine, ServerConfig(**data), close_engine=True)

@@ -3,6 +3,7 @@
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -55,13 +56,14 @@ def test_a_worker_app_joins_the_engine_of_its_environment(tiny_checkpoints, monk
         assert engine.healthy  # the worker's going did not stop the engine
 
 
-def test_serve_with_two_workers(tiny_checkpoints, tmp_path: Path) -> None:
+def _serve(tiny_checkpoints, tmp_path: Path, workers: int) -> tuple[subprocess.Popen, int, list[int]]:
+    """`voicewire serve --workers N` on a free port, ready; its process, port and child processes."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     profile = tmp_path / "workers.yaml"
     profile.write_text(
-        yaml.safe_dump({"engine": {"max_streams": 8, "kv_length": 256}, "server": {"workers": 2}})
+        yaml.safe_dump({"engine": {"max_streams": 8, "kv_length": 256}, "server": {"workers": workers}})
     )
     command = [
         sys.executable,
@@ -71,23 +73,36 @@ def test_serve_with_two_workers(tiny_checkpoints, tmp_path: Path) -> None:
         "--model",
         str(tiny_checkpoints["custom_voice"]),
     ]
-    log = open(tmp_path / "serve.log", "w")
-    process = subprocess.Popen(
-        [*command, "--config", str(profile), "--port", str(port)], stdout=log, stderr=subprocess.STDOUT
-    )
+    with open(tmp_path / "serve.log", "w") as log:
+        process = subprocess.Popen(
+            [*command, "--config", str(profile), "--port", str(port)], stdout=log, stderr=subprocess.STDOUT
+        )
+    deadline = time.monotonic() + 120
+    while True:
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"the server did not become ready: {(tmp_path / 'serve.log').read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.3)
+    children = _descendants(process.pid)
+    assert len(children) >= workers + 1  # the workers and the engine process (and multiprocessing's helper)
+    return process, port, children
+
+
+def _gone(pids: list[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout  # multiprocessing's resource tracker leaves last, by a moment
+    while [pid for pid in pids if os.path.exists(f"/proc/{pid}")] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")], "processes outlived the server"
+
+
+def test_serve_with_two_workers(tiny_checkpoints, tmp_path: Path) -> None:
+    process, port, children = _serve(tiny_checkpoints, tmp_path, workers=2)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the server did not become ready"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.3)
-        children = _descendants(process.pid)
-        assert len(children) >= 3  # two workers and the engine process (and multiprocessing's helper)
 
         async def many():
             return await asyncio.gather(*(_speak(f"ws://127.0.0.1:{port}", "Hi.") for _ in range(6)))
@@ -98,12 +113,38 @@ def test_serve_with_two_workers(tiny_checkpoints, tmp_path: Path) -> None:
     finally:
         if process.poll() is None:
             process.kill()
-        log.close()
-    deadline = time.monotonic() + 15  # multiprocessing's resource tracker leaves last, by a moment
-    while [pid for pid in children if os.path.exists(f"/proc/{pid}")] and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")], "processes outlived the server"
+    _gone(children, 15)
     assert "with 2 worker(s)" in (tmp_path / "serve.log").read_text()
+
+
+def test_a_killed_server_leaves_no_process_behind(tiny_checkpoints, tmp_path: Path) -> None:
+    """SIGKILL gives uvicorn no chance to stop its workers: the engine process sees its owner go,
+    and the workers see the engine go, and each stops by itself."""
+    process, port, children = _serve(tiny_checkpoints, tmp_path, workers=2)
+    try:
+        assert asyncio.run(_speak(f"ws://127.0.0.1:{port}", "Hi.")) == ("max_frames", 6 * 1920 * 2)
+        process.kill()
+        process.wait(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    _gone(children, 30)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_server_whose_engine_dies_stops(tiny_checkpoints, tmp_path: Path, workers: int) -> None:
+    """Nothing is left listening that can only fail: a supervisor sees the exit and restarts it."""
+    process, _, children = _serve(tiny_checkpoints, tmp_path, workers=workers)
+    try:
+        engine = int(re.search(r"engine process (\d+) ready", (tmp_path / "serve.log").read_text()).group(1))
+        assert engine in children
+        os.kill(engine, signal.SIGKILL)
+        assert process.wait(timeout=60) != 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    _gone(children, 30)
+    assert "the engine process is gone: stopping server process" in (tmp_path / "serve.log").read_text()
 
 
 @pytest.mark.parametrize("workers", [0, -1])
