@@ -8,7 +8,6 @@ opened in.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import itertools
@@ -29,7 +28,7 @@ from voicewire.engine.frame_step import GenerationOptions
 from voicewire.engine.model import Qwen3TTS
 from voicewire.engine.prompt import Voice, check_voice, supported_languages
 from voicewire.engine.scheduler import Scheduler
-from voicewire.engine.stream import SAMPLE_RATE, Stream, StreamListener
+from voicewire.engine.stream import SAMPLE_RATE, Stream, StreamListener, caller_loop
 
 if TYPE_CHECKING:
     from voicewire.engine.vllm.scheduler import VllmScheduler
@@ -194,10 +193,7 @@ class Engine:
         if self._error is not None:
             raise RuntimeError("the engine's scheduler stopped") from self._error
         if listener is None:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                raise RuntimeError("open_stream must be called inside a running asyncio event loop") from None
+            caller_loop()  # raises outside one
         options = options or StreamOptions()
         self.check_voice(voice)
         generation = generation_options(self.info, options)

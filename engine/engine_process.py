@@ -42,7 +42,7 @@ from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.engine import Engine, EngineInfo, generation_options
 from voicewire.engine.errors import EngineError, EngineFull, StreamClosed, StreamFailed
 from voicewire.engine.prompt import Voice
-from voicewire.engine.stream import AudioChunk, Done, Stream, StreamResult, chunk_or_end
+from voicewire.engine.stream import AudioChunk, Done, Stream, StreamResult, caller_loop, chunk_or_end
 
 log = logging.getLogger(__name__)
 
@@ -326,10 +326,7 @@ class RemoteStream:
         self.id = stream_id
         self.voice = voice
         self.options = options
-        try:
-            self.loop = asyncio.get_running_loop()
-        except RuntimeError:
-            raise RuntimeError("open_stream must be called inside a running asyncio event loop") from None
+        self.loop = caller_loop()
         self._engine = engine
         self._chunks: asyncio.Queue[AudioChunk | type[Done]] = asyncio.Queue()
         self._done = asyncio.Event()

@@ -59,6 +59,14 @@ class Mark(enum.Enum):
     END = "end"
 
 
+def caller_loop() -> asyncio.AbstractEventLoop:
+    """The running event loop a stream's audio will be read in; opening a stream needs one."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError("open_stream must be called inside a running asyncio event loop") from None
+
+
 class StreamListener(Protocol):
     """Takes a stream's chunks and result in the engine's threads; must not block."""
 

@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+from voicewire.server.config import LOG_FORMAT
+
 log = logging.getLogger("voicewire")
 
 
@@ -467,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=LOG_FORMAT,
     )
     from voicewire.engine.checkpoint import CheckpointError
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every server process logs alike
+
 
 @dataclass(frozen=True)
 class ServerConfig:

@@ -16,13 +16,12 @@ from starlette.applications import Starlette
 
 from voicewire.engine.engine_process import EngineProcess
 from voicewire.server.app import create_app
-from voicewire.server.config import ServerConfig
+from voicewire.server.config import LOG_FORMAT, ServerConfig
 
 ENGINE_ADDRESS = "VOICEWIRE_ENGINE_ADDRESS"
 ENGINE_KEY = "VOICEWIRE_ENGINE_KEY"
 SERVER_CONFIG = "VOICEWIRE_SERVER_CONFIG"
 LOG_LEVEL = "VOICEWIRE_LOG_LEVEL"
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +49,8 @@ def stop_this_process() -> None:
 def create_worker_app() -> Starlette:
     """uvicorn's app factory in each worker process."""
     logging.basicConfig(level=int(os.environ.get(LOG_LEVEL, logging.INFO)), format=LOG_FORMAT)
-    data = json.loads(os.environ[SERVER_CONFIG])
-    for name in ("api_keys", "allowed_origins"):
-        data[name] = tuple(data[name])
+    config = ServerConfig.from_yaml(None, **json.loads(os.environ[SERVER_CONFIG]))
     engine = EngineProcess.connect(
         os.environ[ENGINE_ADDRESS], bytes.fromhex(os.environ[ENGINE_KEY]), on_lost=stop_this_process
     )
-    return create_app(engine, ServerConfig(**data), close_engine=True)
+    return create_app(engine, config, close_engine=True)
