@@ -146,7 +146,7 @@ class Attention(nn.Module):
         cos: Tensor,
         sin: Tensor,
         positions: Tensor,
-        mask: Tensor,
+        bias: Tensor,
         k_cache: Tensor,
         v_cache: Tensor,
     ) -> Tensor:
@@ -167,21 +167,29 @@ class Attention(nn.Module):
         index = positions[:, None, :, None].expand(b, k.shape[1], t, d)
         k_cache.scatter_(2, index, k)
         v_cache.scatter_(2, index, v)
-        return self.o_proj(grouped_attention(q, k_cache, v_cache, mask).transpose(1, 2).reshape(b, t, -1))
+        return self.o_proj(grouped_attention(q, k_cache, v_cache, bias).transpose(1, 2).reshape(b, t, -1))
 
 
-def grouped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-    """GQA without copying keys: q [B, h, T, d] over k/v [B, kv, L, d] with mask [B, T, L] -> [B, h, T, d].
+def grouped_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+    """GQA without copying keys: q [B, h, T, d] over k/v [B, kv, L, d] -> [B, h, T, d], with an
+    additive mask `bias` [B, 1, g x T, L] from `attention_bias`.
 
     The g = h / kv query heads of a key head become g x T query rows of that head, so attention
     runs on the cache as it is (SDPA's enable_gqa falls back to repeating the whole cache)."""
     b, h, t, d = q.shape
-    kv = k.shape[1]
-    g = h // kv
-    rows = q.reshape(b, kv, g * t, d)
-    mask = mask[:, None, None].expand(b, 1, g, t, mask.shape[-1]).reshape(b, 1, g * t, -1)
-    out = F.scaled_dot_product_attention(rows, k, v, attn_mask=mask)
-    return out.reshape(b, h, t, d)
+    rows = q.reshape(b, k.shape[1], -1, d)
+    return F.scaled_dot_product_attention(rows, k, v, attn_mask=bias).reshape(b, h, t, d)
+
+
+def attention_bias(visible: Tensor, groups: int, dtype: torch.dtype) -> Tensor:
+    """A boolean mask [B, T, L] as the additive bias of `grouped_attention` [B, 1, groups x T, L]:
+    0 where visible, -inf elsewhere. Made once per forward, not per layer: SDPA turns a boolean
+    mask into this bias inside every call."""
+    b, t, length = visible.shape
+    bias = torch.zeros(visible.shape, device=visible.device, dtype=dtype).masked_fill_(
+        ~visible, float("-inf")
+    )
+    return bias[:, None, None].expand(b, 1, groups, t, length).reshape(b, 1, groups * t, length)
 
 
 class MLP(nn.Module):
@@ -221,11 +229,11 @@ class DecoderLayer(nn.Module):
         cos: Tensor,
         sin: Tensor,
         positions: Tensor,
-        mask: Tensor,
+        bias: Tensor,
         k_cache: Tensor,
         v_cache: Tensor,
     ) -> Tensor:
-        attn = self.self_attn(self.input_layernorm(x), cos, sin, positions, mask, k_cache, v_cache)
+        attn = self.self_attn(self.input_layernorm(x), cos, sin, positions, bias, k_cache, v_cache)
         norm = self.post_attention_layernorm
         x, h = pointwise.add_rms_norm(x, attn, norm.weight, norm.eps)
         return x + self.mlp(h)
@@ -249,9 +257,10 @@ class DecoderStack(nn.Module):
         cos, sin = cache.cos[positions], cache.sin[positions]
         # Causal by position: a query sees cache slots at or before its own position.
         slots = torch.arange(cache.length, device=x.device)
-        mask = slots[None, None, :] <= positions[:, :, None]
+        groups = self.cfg.num_heads // self.cfg.num_kv_heads
+        bias = attention_bias(slots[None, None, :] <= positions[:, :, None], groups, x.dtype)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, positions, mask, cache.k[i], cache.v[i])
+            x = layer(x, cos, sin, positions, bias, cache.k[i], cache.v[i])
         return self.norm(x)
 
 
