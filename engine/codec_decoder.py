@@ -8,6 +8,11 @@ per stream and returns exactly their samples, carrying per-stream context in a `
 (the last 71 keys/values of every attention layer, the left context of every causal conv, the last
 input frame of every overlapping transposed conv). A full decode is one step on a fresh state.
 Codes are frame-major, `[B, T, 16]`, as the talker emits them and as `Qwen3TTSTokenizer.decode` takes them.
+
+Activations are time-major, `[B, T, C]`, from the dequantizer to the last conv: convolutions run
+channels-last (cuDNN's fast bf16 kernels are NHWC, so channels-first tensors cost a transpose on
+each side of every conv), residual sums read contiguous tensors, and each SnakeBeta writes its
+conv's left context and its own output in one pass (`snake_beta_after`), instead of a `cat` after it.
 """
 
 from __future__ import annotations
@@ -101,7 +106,7 @@ class CodecDecoderState:
     Allocated once by `CodecDecoder.new_state`; `decode_step` updates it in place.
     """
 
-    conv: list[Tensor]  # per conv slot: [B, C_in, left context]
+    conv: list[Tensor]  # per conv slot: [B, left context, C_in]
     keys: list[Tensor]  # per transformer layer: [B, kv_heads, window - 1, head_dim], after RoPE
     values: list[Tensor]
     pos: Tensor  # [B] int64: frames decoded so far (RoPE position and key validity)
@@ -161,11 +166,11 @@ class ResidualGroup(nn.Module):
         self.vq = CodebookStack(count, size, dim)
 
     def forward(self, codes: Tensor) -> Tensor:
-        # codes [B, n, count] -> [B, outer_dim, n]
+        # codes [B, n, count] -> [B, n, outer_dim]
         total = F.embedding(codes[..., 0], self.vq.layers[0]._codebook.table())
         for k in range(1, len(self.vq.layers)):
             total = total + F.embedding(codes[..., k], self.vq.layers[k]._codebook.table())
-        return self.output_proj(total.transpose(1, 2))
+        return conv_time_major(self.output_proj, total)
 
 
 class Quantizer(nn.Module):
@@ -182,9 +187,52 @@ class Quantizer(nn.Module):
 
 # --- convolutions with carried left context -----------------------------------------------------
 
+TENSOR_CORE_CHANNELS = 8  # fewer output channels than this get no tensor-core conv kernel
+
+
+def conv_time_major(conv: nn.Conv1d | nn.ConvTranspose1d, x: Tensor) -> Tensor:
+    """`conv` of time-major x [B, T, C_in] -> [B, T', C_out]. The channels-first view x.mT of a
+    time-major tensor is channels-last, so cuDNN reads and writes it as it is. As 2-D convs: a 1-D
+    conv copies a permuted input to channels-first before anything else."""
+    if conv.groups > 1:
+        # Depthwise (the ConvNeXt blocks, at the frame rate): cuDNN's channels-last kernel for it
+        # ran over a second at B=256 x 8 frames; PyTorch's own channels-first one takes 0.1 ms.
+        return conv(x.mT.contiguous()).mT.contiguous()
+    weight, bias = conv.weight, conv.bias
+    if isinstance(conv, nn.Conv1d) and conv.kernel_size == (1,):
+        # A 1x1 conv is a matmul; as a conv it came back channels-first.
+        return F.linear(x, weight[..., 0], bias)
+    extra = 0
+    if isinstance(conv, nn.Conv1d) and conv.out_channels < TENSOR_CORE_CHANNELS:
+        # The last conv has one output channel, and cuDNN's kernel for that shape ran 20 ms at
+        # B=256 x 8 frames. Zero channels up to eight get a tensor-core kernel; they are dropped.
+        extra = TENSOR_CORE_CHANNELS - conv.out_channels
+        weight = F.pad(weight, (0, 0, 0, 0, 0, extra))
+        bias = F.pad(bias, (0, extra)) if bias is not None else None
+    x4, w4 = x.mT.unsqueeze(2), weight.unsqueeze(2)  # [B, C, 1, T], channels-last
+    stride, dilation, padding = (1, conv.stride[0]), (1, conv.dilation[0]), (0, conv.padding[0])
+    if isinstance(conv, nn.ConvTranspose1d):
+        out_pad = (0, conv.output_padding[0])
+        out = F.conv_transpose2d(x4, w4, bias, stride, padding, out_pad, 1, dilation)
+    else:
+        out = F.conv2d(x4, w4, bias, stride, padding, dilation)
+    out = out.squeeze(2).mT  # [B, T', C_out]
+    return out[..., : conv.out_channels] if extra else out
+
+
+def with_context(buf: Tensor, x: Tensor, act: SnakeBeta | None) -> Tensor:
+    """[carried context, act(x)] along time, and the context updated to its last frames."""
+    if act is None:
+        full = torch.cat([buf, x], dim=1)
+    else:
+        full = pointwise.snake_beta_after(buf, x, act.alpha, act.beta)
+    buf.copy_(full[:, -buf.shape[1] :])
+    return full
+
 
 class CausalConv(nn.Module):
-    """Conv1d (stride 1) over [left context, x]; the context is zeros at stream start."""
+    """Conv1d (stride 1) over [left context, act(x)] for time-major x; the context is zeros at
+    stream start. `act` is the SnakeBeta before the conv, if any, applied here to fuse the copy."""
 
     def __init__(self, c_in: int, c_out: int, kernel: int, dilation: int = 1, groups: int = 1) -> None:
         super().__init__()
@@ -192,13 +240,10 @@ class CausalConv(nn.Module):
         self.context = (kernel - 1) * dilation
         self.slot = -1  # index into CodecDecoderState.conv, set by CodecDecoder
 
-    def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
+    def forward(self, x: Tensor, state: CodecDecoderState, act: SnakeBeta | None = None) -> Tensor:
         if self.context == 0:
-            return self.conv(x)
-        buf = state.conv[self.slot]
-        full = torch.cat([buf, x], dim=-1)
-        buf.copy_(full[..., -self.context :])
-        return self.conv(full)
+            return conv_time_major(self.conv, x if act is None else act(x))
+        return conv_time_major(self.conv, with_context(state.conv[self.slot], x, act))
 
 
 class CausalTransConv(nn.Module):
@@ -214,26 +259,24 @@ class CausalTransConv(nn.Module):
         self.context = -(-(kernel - stride) // stride)
         self.slot = -1
 
-    def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
-        n = x.shape[-1]
+    def forward(self, x: Tensor, state: CodecDecoderState, act: SnakeBeta | None = None) -> Tensor:
+        n = x.shape[1]
         if self.context == 0:
-            return self.conv(x)
-        buf = state.conv[self.slot]
-        full = torch.cat([buf, x], dim=-1)
-        buf.copy_(full[..., -self.context :])
+            return conv_time_major(self.conv, x if act is None else act(x))
+        out = conv_time_major(self.conv, with_context(state.conv[self.slot], x, act))
         start = self.context * self.stride
-        return self.conv(full)[..., start : start + n * self.stride]
+        return out[:, start : start + n * self.stride]
 
 
 class SnakeBeta(nn.Module):
-    """x + sin²(x·e^alpha) / e^beta, per channel (alpha and beta stored as logs)."""
+    """x + sin²(x·e^alpha) / e^beta, per channel (alpha and beta stored as logs), x time-major."""
 
     def __init__(self, channels: int) -> None:
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
 
-    def forward(self, x: Tensor, state: CodecDecoderState | None = None) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         return pointwise.snake_beta(x, self.alpha, self.beta)
 
 
@@ -248,9 +291,8 @@ class ConvNeXtBlock(nn.Module):
         self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
 
     def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
-        h = self.dwconv(x, state).transpose(1, 2)  # [B, n, C]
-        h = self.pwconv2(self.act(self.pwconv1(self.norm(h))))
-        return x + (self.gamma * h).transpose(1, 2)
+        h = self.pwconv2(self.act(self.pwconv1(self.norm(self.dwconv(x, state)))))
+        return x + self.gamma * h
 
 
 class ResidualUnit(nn.Module):
@@ -262,7 +304,7 @@ class ResidualUnit(nn.Module):
         self.conv2 = CausalConv(dim, dim, 1)
 
     def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
-        return x + self.conv2(self.act2(self.conv1(self.act1(x), state)), state)
+        return x + self.conv2(self.conv1(x, state, self.act1), state, self.act2)
 
 
 class DecoderBlock(nn.Module):
@@ -272,8 +314,10 @@ class DecoderBlock(nn.Module):
         self.block = nn.ModuleList([SnakeBeta(c_in), CausalTransConv(c_in, c_out, 2 * rate, rate), *units])
 
     def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
-        for layer in self.block:
-            x = layer(x, state)
+        act, trans_conv, *units = self.block
+        x = trans_conv(x, state, act)
+        for unit in units:
+            x = unit(x, state)
         return x
 
 
@@ -398,7 +442,7 @@ class CodecDecoder(nn.Module):
         """Zeroed context for `batch` stream slots."""
         cfg = self.cfg
         conv = [
-            torch.zeros(batch, m.conv.in_channels, m.context, device=device, dtype=dtype)
+            torch.zeros(batch, m.context, m.conv.in_channels, device=device, dtype=dtype)
             for m in self._contexts
         ]
         shape = (batch, cfg.num_key_value_heads, cfg.sliding_window - 1, cfg.head_dim)
@@ -409,15 +453,18 @@ class CodecDecoder(nn.Module):
 
     def decode_step(self, codes: Tensor, state: CodecDecoderState) -> Tensor:
         """Decode the next `n` frames `[B, n, Q]` of every stream; returns their samples `[B, n * 1920]`."""
-        h = self.quantizer(codes)  # [B, codebook_dim, n]
+        h = self.quantizer(codes)  # [B, n, codebook_dim], time-major from here on
         h = self.pre_conv(h, state)
-        h = self.pre_transformer(h.transpose(1, 2), state).transpose(1, 2)  # [B, latent, n]
+        h = self.pre_transformer(h, state)  # [B, n, latent]
         for trans_conv, block in self.upsample:
             h = block(trans_conv(h, state), state)
-        for layer in self.decoder:
-            h = layer(h, state)
+        first, *blocks, act, last = self.decoder
+        h = first(h, state)
+        for block in blocks:
+            h = block(h, state)
+        h = last(h, state, act)  # [B, n * 1920, 1]
         state.pos.add_(codes.shape[1])
-        return h[:, 0].clamp(-1.0, 1.0)
+        return h[..., 0].clamp(-1.0, 1.0)
 
     def forward(self, codes: Tensor) -> Tensor:
         """Full decode of `[B, T, Q]` codes from the stream start: `[B, T * 1920]`."""
@@ -483,4 +530,9 @@ def load_codec_decoder(
     tensors = read_safetensors(folder / "model.safetensors")
     load_into(decoder, take_prefix(tensors, "decoder"), f"{folder / 'model.safetensors'} (decoder.*)")
     log.debug("loaded the codec decoder from %s", folder)
-    return decoder.to(device=device, dtype=dtype).eval()
+    decoder = decoder.to(device=device, dtype=dtype).eval()
+    for m in decoder.modules():
+        if isinstance(m, nn.Conv1d | nn.ConvTranspose1d) and m.groups == 1:
+            # Channels-last weights, as the activations are: no conversion inside each conv.
+            m.weight.data = m.weight.data.mT.contiguous().mT
+    return decoder

@@ -51,11 +51,15 @@ def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
 
 
 def snake_beta(x: Tensor, log_alpha: Tensor, log_beta: Tensor) -> Tensor:
-    """The codec decoder's activation on x [B, C, T]: x + sin²(x·e^alpha) / e^beta per channel.
-    Eager it is five passes over the decoder's largest tensors; fused, one."""
-    alpha = log_alpha.exp()[None, :, None]
-    beta = log_beta.exp()[None, :, None]
-    return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
+    """The codec decoder's activation on time-major x [B, T, C]: x + sin²(x·e^alpha) / e^beta per
+    channel. Eager it is five passes over the decoder's largest tensors; fused, one."""
+    return x + (1.0 / (log_beta.exp() + 1e-9)) * torch.sin(x * log_alpha.exp()).pow(2)
+
+
+def snake_beta_after(context: Tensor, x: Tensor, log_alpha: Tensor, log_beta: Tensor) -> Tensor:
+    """[context, snake_beta(x)] along time ([B, c, C] and [B, T, C]): the input of the causal conv
+    after the activation, written in the same pass."""
+    return torch.cat([context, snake_beta(x, log_alpha, log_beta)], dim=1)
 
 
 _fused = False
@@ -63,14 +67,15 @@ _fused = False
 
 def enable_fusion() -> None:
     """Use compiled versions from now on (once per process; CUDA only, as CI has no compiler)."""
-    global _fused, rms_norm, add_rms_norm, qk_norm_rope, silu_mul, snake_beta
+    global _fused, rms_norm, add_rms_norm, qk_norm_rope, silu_mul, snake_beta, snake_beta_after
     if _fused:
         return
     _fused = True
     # Each function meets several widths, dtypes and 0/1-sized dims (talker, predictor, codec
     # decoder): room for those variants, and eager instead of an error should a new one exceed it.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    rms_norm, add_rms_norm, qk_norm_rope, silu_mul, snake_beta = (
-        torch.compile(fn, dynamic=True) for fn in (rms_norm, add_rms_norm, qk_norm_rope, silu_mul, snake_beta)
+    fns = (rms_norm, add_rms_norm, qk_norm_rope, silu_mul, snake_beta, snake_beta_after)
+    rms_norm, add_rms_norm, qk_norm_rope, silu_mul, snake_beta, snake_beta_after = (
+        torch.compile(fn, dynamic=True) for fn in fns
     )
     log.info("decoder layers use fused elementwise kernels (torch.compile)")
