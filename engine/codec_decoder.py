@@ -220,8 +220,12 @@ def conv_time_major(conv: nn.Conv1d | nn.ConvTranspose1d, x: Tensor) -> Tensor:
     return out[..., : conv.out_channels] if extra else out
 
 
-def with_context(buf: Tensor, x: Tensor, act: SnakeBeta | None) -> Tensor:
-    """[carried context, act(x)] along time, and the context updated to its last frames."""
+def conv_input(x: Tensor, state: CodecDecoderState, slot: int, act: SnakeBeta | None) -> Tensor:
+    """act(x) after the carried context of conv slot `slot` (-1: a conv without context) along
+    time; the context is updated to the last frames."""
+    if slot < 0:
+        return x if act is None else act(x)
+    buf = state.conv[slot]
     if act is None:
         full = torch.cat([buf, x], dim=1)
     else:
@@ -238,12 +242,10 @@ class CausalConv(nn.Module):
         super().__init__()
         self.conv = nn.Conv1d(c_in, c_out, kernel, dilation=dilation, groups=groups)
         self.context = (kernel - 1) * dilation
-        self.slot = -1  # index into CodecDecoderState.conv, set by CodecDecoder
+        self.slot = -1  # index into CodecDecoderState.conv, set by CodecDecoder (stays -1 without context)
 
     def forward(self, x: Tensor, state: CodecDecoderState, act: SnakeBeta | None = None) -> Tensor:
-        if self.context == 0:
-            return conv_time_major(self.conv, x if act is None else act(x))
-        return conv_time_major(self.conv, with_context(state.conv[self.slot], x, act))
+        return conv_time_major(self.conv, conv_input(x, state, self.slot, act))
 
 
 class CausalTransConv(nn.Module):
@@ -261,9 +263,9 @@ class CausalTransConv(nn.Module):
 
     def forward(self, x: Tensor, state: CodecDecoderState, act: SnakeBeta | None = None) -> Tensor:
         n = x.shape[1]
+        out = conv_time_major(self.conv, conv_input(x, state, self.slot, act))
         if self.context == 0:
-            return conv_time_major(self.conv, x if act is None else act(x))
-        out = conv_time_major(self.conv, with_context(state.conv[self.slot], x, act))
+            return out
         start = self.context * self.stride
         return out[:, start : start + n * self.stride]
 
