@@ -14,6 +14,7 @@ import heapq
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ from voicewire.engine.codec_decoder import CodecDecoder
 from voicewire.engine.config import ChunkSchedule
 from voicewire.engine.decoder_batch import BatchedDecoder
 from voicewire.engine.errors import EngineError, StreamFailed
+from voicewire.engine.metrics import EngineMetrics
 from voicewire.engine.segments import TrackEntry
 from voicewire.engine.stream import SAMPLES_PER_FRAME, AudioChunk, Stream, StreamResult
 
@@ -70,8 +72,14 @@ class _Decoding:
 
 class DecoderStage:
     def __init__(
-        self, decoder: CodecDecoder, slots: int, chunks: ChunkSchedule, graphs: bool = False
+        self,
+        decoder: CodecDecoder,
+        slots: int,
+        chunks: ChunkSchedule,
+        graphs: bool = False,
+        metrics: EngineMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or EngineMetrics()
         self.batch = BatchedDecoder(decoder, slots, graphs=graphs)
         if graphs:
             self.batch.capture()
@@ -199,6 +207,7 @@ class DecoderStage:
     def _decode(self, n: int, group: list[_Decoding]) -> None:
         frames = [[decoding.queue.popleft() for _ in range(n)] for decoding in group]
         codes = np.array([[f.codes for f in fs] for fs in frames], dtype=np.int64)  # [streams, n, 16]
+        started = time.monotonic()
         try:
             pcm = self.batch.decode([d.row for d in group], torch.from_numpy(codes)).numpy()
         except Exception as exc:
@@ -206,6 +215,8 @@ class DecoderStage:
             for decoding in group:
                 self._fail(decoding, exc)
             return
+        self.metrics.decode.observe(time.monotonic() - started)
+        self.metrics.decode_streams.observe(len(group))
         for decoding, fs, samples, codes_np in zip(group, frames, pcm, codes, strict=True):
             tokens = [t for f in fs for t in f.fed.tokens]
             decoding.text_end = tokens[-1].end if tokens else decoding.text_end
@@ -243,6 +254,9 @@ class DecoderStage:
             flushed=bool(mark and mark.flushed),
             final=bool(mark and mark.close is not None),
         )
+        first_text = decoding.stream.first_text_at
+        if decoding.offset == 0 and pcm.shape[0] and first_text is not None:
+            self.metrics.first_chunk.observe(time.monotonic() - first_text)
         decoding.offset += pcm.shape[0]
         decoding.chunk_index += 1
         decoding.stream.deliver(chunk)

@@ -25,6 +25,7 @@ from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.decode_stage import DecoderStage
 from voicewire.engine.errors import InvalidOptions, InvalidVoice
 from voicewire.engine.frame_step import GenerationOptions
+from voicewire.engine.metrics import EngineMetrics
 from voicewire.engine.model import Qwen3TTS
 from voicewire.engine.prompt import Voice, check_voice, supported_languages
 from voicewire.engine.scheduler import Scheduler
@@ -99,7 +100,10 @@ class Engine:
         if self.config.fuse_kernels and model.device.type == "cuda":
             pointwise.enable_fusion()  # before any graph is captured
         graphs = self.config.cuda_graphs and model.device.type == "cuda"
-        self.decoder_stage = DecoderStage(model.decoder, self.config.max_streams, self.config.chunks, graphs)
+        self.metrics = EngineMetrics()
+        self.decoder_stage = DecoderStage(
+            model.decoder, self.config.max_streams, self.config.chunks, graphs, self.metrics
+        )
         max_ahead = int(self.config.max_buffered_seconds * SAMPLE_RATE)
         self._ids = itertools.count(1)
         self._wake_event = threading.Event()
@@ -116,7 +120,9 @@ class Engine:
                 target=self.scheduler.run, args=(self._stop,), name="voicewire-vllm", daemon=True
             )
         else:
-            self.scheduler = Scheduler(model.parts(), self.config, self.decoder_stage, max_ahead)
+            self.scheduler = Scheduler(
+                model.parts(), self.config, self.decoder_stage, max_ahead, self.metrics
+            )
             talker = threading.Thread(target=self._run_scheduler, name="voicewire-scheduler", daemon=True)
         self._threads = [
             talker,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,6 +24,7 @@ from torch import Tensor
 from voicewire.engine.config import EngineConfig
 from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
 from voicewire.engine.frame_step import MIN_FRAMES, FrameStepper, GenerationOptions
+from voicewire.engine.metrics import EngineMetrics
 from voicewire.engine.prompt import (
     Rows,
     TextIds,
@@ -103,8 +105,14 @@ class ModelParts:
 
 class Scheduler:
     def __init__(
-        self, parts: ModelParts, config: EngineConfig, sink: FrameSink, max_ahead_samples: int | None
+        self,
+        parts: ModelParts,
+        config: EngineConfig,
+        sink: FrameSink,
+        max_ahead_samples: int | None,
+        metrics: EngineMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or EngineMetrics()
         self.parts = parts
         self.config = config
         self.sink = sink
@@ -282,6 +290,7 @@ class Scheduler:
 
     def _start(self, prompts: list[_Prompt]) -> None:
         """Prefill the new talker sequences together."""
+        started = time.monotonic()
         embedded = self._embed(prompts)
         if not embedded:
             return
@@ -293,6 +302,8 @@ class Scheduler:
             for p in prompts:
                 self._fail(p.live, exc)
             return
+        self.metrics.prefill.observe(time.monotonic() - started)
+        self.metrics.prefill_streams.observe(len(prompts))
         for p in prompts:
             live = p.live
             live.started = True
@@ -334,6 +345,7 @@ class Scheduler:
             tokens = (*live.prefilled_tokens, *([next_id[1]] if next_id[1] is not None else []))
             fed.append(TrackEntry(next_id[0], tokens))
             live.prefilled_tokens = []
+        started = time.monotonic()
         try:
             out = self.stepper.step(n, active, ids).cpu().numpy()  # the one host sync per step
             frame, code0, finite = out[:, :-2], out[:, -2].tolist(), out[:, -1].tolist()
@@ -342,6 +354,9 @@ class Scheduler:
             for live in ready:
                 self._fail(live, exc)
             return
+        done = time.monotonic()
+        self.metrics.step.observe(done - started)
+        self.metrics.step_streams.observe(len(ready))
         self.steps += 1
         self._progress = True
         ok, ok_fed = [], []
@@ -354,6 +369,11 @@ class Scheduler:
                 self._fail(live, StreamFailed("the talker produced non-finite values for this stream"))
         if not ok:
             return
+        self.metrics.frames.inc(len(ok))
+        for live in ok:
+            first_text = live.stream.first_text_at
+            if live.frames == 0 and first_text is not None:
+                self.metrics.first_frame.observe(done - first_text)
         self.sink.frames([live.stream for live in ok], frame[[live.slot for live in ok]], ok_fed)
         eos = self.parts.talker.cfg.codec_eos_id
         for live in ok:

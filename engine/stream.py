@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -115,6 +116,7 @@ class Stream:
         self._aborted = False  # the engine gave up on it (decoder failure, consumer gone)
         self._result: StreamResult | None = None
         self._finished = threading.Event()
+        self.first_text_at: float | None = None  # time.monotonic() of the first push_text (metrics)
         self.consumed_samples = 0  # read by the consumer
         self.delivered_samples = 0  # put in the chunk queue by the decoder stage
         try:
@@ -134,6 +136,8 @@ class Stream:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         with self._lock:
             self._check_open()
+            if self.first_text_at is None:
+                self.first_text_at = time.monotonic()
             self._inbox.extend(self._tokens.push(text))
         self._wake()
 

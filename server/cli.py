@@ -77,6 +77,13 @@ def _is_loopback(host: str) -> bool:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from voicewire.server.metrics_dir import multiprocess_dir
+
+    with multiprocess_dir():  # before anything imports prometheus-client
+        return _serve_processes(args)
+
+
+def _serve_processes(args: argparse.Namespace) -> int:
     import uvicorn
 
     from voicewire.engine import EngineConfig

@@ -1,8 +1,16 @@
-"""Prometheus metrics (prometheus-client), one registry per app, served at GET /metrics."""
+"""Prometheus metrics (prometheus-client), one registry per app, served at GET /metrics.
+
+Under `voicewire serve` (several processes, see `server.metrics_dir`) `/metrics` sums the values
+every process wrote, the engine's included.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+
+from voicewire.server.metrics_dir import MULTIPROCESS_DIR
 
 LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 SPEED_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0)
@@ -11,8 +19,19 @@ SPEED_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0)
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.sessions = Gauge("voicewire_sessions", "Open WebSocket sessions", registry=self.registry)
-        self.contexts = Gauge("voicewire_contexts", "Contexts generating audio", registry=self.registry)
+        # livesum: a worker's gauge counts while it runs (summed over workers).
+        self.sessions = Gauge(
+            "voicewire_sessions",
+            "Open WebSocket sessions",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.contexts = Gauge(
+            "voicewire_contexts",
+            "Contexts generating audio",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
         self.first_audio = Histogram(
             "voicewire_first_audio_seconds",
             "From a context's first text to its first audio message",
@@ -41,4 +60,8 @@ class Metrics:
         )
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if MULTIPROCESS_DIR not in os.environ:
+            return generate_latest(self.registry)
+        every_process = CollectorRegistry()
+        multiprocess.MultiProcessCollector(every_process)
+        return generate_latest(every_process)

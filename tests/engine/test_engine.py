@@ -104,6 +104,41 @@ def test_the_first_chunk_is_small_and_chunks_follow_the_schedule(model: Qwen3TTS
     assert "".join(c.text for c in heard.chunks) == TEXT
 
 
+def test_metrics_count_what_the_engine_did(model: Qwen3TTS) -> None:
+    config = EngineConfig(max_streams=2, kv_length=256, chunks=ChunkSchedule(first_frames=1, frames=(2, 4)))
+
+    async def run():
+        with Engine(model, config) as engine:
+            stream = engine.open_stream(engine.voice(speaker="ryan"), GREEDY)
+            return engine, await speak(stream, [TEXT])
+
+    engine, heard = asyncio.run(run())
+
+    def value(name: str) -> float:
+        found = engine.metrics.registry.get_sample_value(name)
+        assert found is not None, name
+        return found
+
+    steps = engine.scheduler.steps
+    assert value("voicewire_engine_frames_total") == FRAMES
+    assert (
+        value("voicewire_engine_step_seconds_count") == steps == value("voicewire_engine_step_streams_count")
+    )
+    assert value("voicewire_engine_step_streams_sum") == FRAMES  # one stream in each step
+    decoded = [c for c in heard.chunks if c.frames]
+    assert value("voicewire_engine_decode_seconds_count") == len(decoded)
+    assert value("voicewire_engine_decode_streams_sum") == len(decoded)
+    assert value("voicewire_engine_prefill_streams_sum") == value(
+        "voicewire_engine_prefill_launch_seconds_count"
+    )
+    assert value("voicewire_engine_prefill_streams_sum") >= 1
+    # One stream: one first frame and one first chunk, the chunk after the frame.
+    assert value("voicewire_engine_first_frame_seconds_count") == 1
+    assert value("voicewire_engine_first_chunk_seconds_count") == 1
+    first_frame = value("voicewire_engine_first_frame_seconds_sum")
+    assert 0 < first_frame <= value("voicewire_engine_first_chunk_seconds_sum")
+
+
 def test_batching_does_not_change_the_output(engine: Engine) -> None:
     speakers = ["vivian", "serena", "ryan", "aiden", "eric", "dylan", "vivian", "serena"]
     languages = ["english", "english", "german", "auto", "chinese", "chinese", "french", "auto"]

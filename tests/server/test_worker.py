@@ -100,6 +100,14 @@ def _gone(pids: list[int], timeout: float) -> None:
     assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")], "processes outlived the server"
 
 
+def _samples(exposition: str) -> dict[str, float]:
+    """Unlabelled samples of a Prometheus text exposition, by name."""
+    return {
+        name: float(value)
+        for name, value in re.findall(r"^([a-z_]+) ([0-9.e+-]+)$", exposition, flags=re.MULTILINE)
+    }
+
+
 def test_serve_with_two_workers(tiny_checkpoints, tmp_path: Path) -> None:
     process, port, children = _serve(tiny_checkpoints, tmp_path, workers=2)
     try:
@@ -108,6 +116,16 @@ def test_serve_with_two_workers(tiny_checkpoints, tmp_path: Path) -> None:
             return await asyncio.gather(*(_speak(f"ws://127.0.0.1:{port}", "Hi.") for _ in range(6)))
 
         assert asyncio.run(many()) == [("max_frames", 6 * 1920 * 2)] * 6
+        # Whichever worker answers, /metrics sums every process: both workers' sessions, and the
+        # engine process's own metrics (the workers' warm-up streams count there too).
+        for _ in range(4):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+                metrics = _samples(response.read().decode())
+            assert metrics["voicewire_first_audio_seconds_count"] == 6
+            assert metrics["voicewire_realtime_factor_count"] == 6
+            assert metrics["voicewire_engine_frames_total"] >= 6 * 6
+            assert metrics["voicewire_engine_first_chunk_seconds_count"] >= 6
+            assert metrics["voicewire_engine_step_seconds_count"] >= 6
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:
