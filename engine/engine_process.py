@@ -450,6 +450,7 @@ class EngineProcess:
         self._voices: dict[tuple, Voice] = {}  # by their fields, oldest first
         self._checked: set[int] = set()  # ids of kept voices that passed check_voice
         self._lost: str | None = None  # why the engine is out of reach
+        self._exited = False  # it went away unasked, not by close()
         self._on_lost = on_lost
         self._closing = False
         self._reader = threading.Thread(target=self._read_loop, name="voicewire-engine-reader", daemon=True)
@@ -522,6 +523,12 @@ class EngineProcess:
     def pid(self) -> int | None:
         """The engine process's id, for the server that started it."""
         return self._owner.process.pid if self._owner is not None else None
+
+    @property
+    def exited(self) -> bool:
+        """Whether the engine process went away unasked (before any `close`)."""
+        owner_gone = self._owner is not None and not self._closing and not self._owner.process.is_alive()
+        return self._exited or owner_gone
 
     @property
     def healthy(self) -> bool:
@@ -602,8 +609,10 @@ class EngineProcess:
                         pass
         except (EOFError, OSError):
             pass
+        if not self._closing:
+            self._exited = True
         self._fail_all("the engine was closed" if self._closing else "the engine process exited")
-        if not self._closing and self._on_lost is not None:
+        if self._exited and self._on_lost is not None:
             self._on_lost()
 
     def _reply(self, reply: _Reply) -> None:

@@ -4,12 +4,16 @@ make-checkpoint."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from voicewire.server.config import LOG_FORMAT
+from voicewire.server.metrics_dir import multiprocess_dir
 
 log = logging.getLogger("voicewire")
 
@@ -77,13 +81,6 @@ def _is_loopback(host: str) -> bool:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from voicewire.server.metrics_dir import multiprocess_dir
-
-    with multiprocess_dir():  # before anything imports prometheus-client
-        return _serve_processes(args)
-
-
-def _serve_processes(args: argparse.Namespace) -> int:
     import uvicorn
 
     from voicewire.engine import EngineConfig
@@ -118,22 +115,48 @@ def _serve_processes(args: argparse.Namespace) -> int:
             server_config.port,
             server_config.workers,
         )
-        if server_config.workers == 1:
-            uvicorn.run(create_app(engine, server_config, close_engine=True), **options)
-        else:
-            os.environ.update(worker_environment(engine, server_config))
-            uvicorn.run(
-                "voicewire.server.worker:create_worker_app",
-                factory=True,
-                workers=server_config.workers,
-                **options,
-            )
-        if not engine.healthy:  # it stopped because its engine did: say so to the supervisor
+        with _stopped_by_signal():
+            if server_config.workers == 1:
+                uvicorn.run(create_app(engine, server_config, close_engine=True), **options)
+            else:
+                os.environ.update(worker_environment(engine, server_config))
+                uvicorn.run(
+                    "voicewire.server.worker:create_worker_app",
+                    factory=True,
+                    workers=server_config.workers,
+                    **options,
+                )
+        if engine.exited:  # it stopped because its engine did: say so to the supervisor
             log.error("the server stopped because its engine process exited")
             return 1
     finally:
         engine.close()
     return 0
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def _stopped_by_signal() -> Iterator[None]:
+    """uvicorn stops gracefully on SIGTERM or SIGINT (Ctrl-C), then raises the signal again for
+    the handler it found. The default ones would kill the process or raise KeyboardInterrupt
+    there, before the engine process is closed and the metrics folder removed; this returns to
+    the caller instead."""
+    stops = (signal.SIGTERM, signal.SIGINT)
+    previous = {signum: signal.signal(signum, _raise_stop) for signum in stops}
+    try:
+        yield
+    except _Stop as stop:
+        log.info("stopped by %s", stop)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _say(args: argparse.Namespace) -> int:
@@ -478,14 +501,19 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format=LOG_FORMAT,
     )
-    from voicewire.engine.checkpoint import CheckpointError
+    with contextlib.ExitStack() as stack:
+        if args.command == "serve":
+            # Its processes share one metrics folder, set before anything (voicewire.engine
+            # included) imports prometheus-client: see server.metrics_dir.
+            stack.enter_context(multiprocess_dir())
+        from voicewire.engine.checkpoint import CheckpointError
 
-    try:
-        return args.func(args)
-    except (CheckpointError, ValueError, FileNotFoundError) as exc:
-        # User-facing failures: one clear line, no traceback.
-        log.error("voicewire %s: %s", args.command, exc)
-        return 2
+        try:
+            return args.func(args)
+        except (CheckpointError, ValueError, FileNotFoundError) as exc:
+            # User-facing failures: one clear line, no traceback.
+            log.error("voicewire %s: %s", args.command, exc)
+            return 2
 
 
 if __name__ == "__main__":

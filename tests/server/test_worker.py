@@ -111,8 +111,9 @@ def _samples(exposition: str) -> dict[str, float]:
     }
 
 
-def test_serve_with_two_workers(tiny_checkpoints, tmp_path: Path) -> None:
-    process, port, children = _serve(tiny_checkpoints, tmp_path, workers=2)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> None:
+    process, port, children = _serve(tiny_checkpoints, tmp_path, workers=workers)
     try:
 
         async def many():
@@ -125,6 +126,7 @@ def test_serve_with_two_workers(tiny_checkpoints, tmp_path: Path) -> None:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
                 metrics = _samples(response.read().decode())
             assert metrics["voicewire_first_audio_seconds_count"] == 6
+            assert metrics["voicewire_sessions"] == 0 and metrics["voicewire_contexts"] == 0
             assert metrics["voicewire_realtime_factor_count"] == 6
             assert metrics["voicewire_engine_frames_total"] >= 6 * 6
             assert metrics["voicewire_engine_first_chunk_seconds_count"] >= 6
@@ -135,7 +137,7 @@ def test_serve_with_two_workers(tiny_checkpoints, tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
     _gone(children, 15)
-    assert "with 2 worker(s)" in (tmp_path / "serve.log").read_text()
+    assert f"with {workers} worker(s)" in (tmp_path / "serve.log").read_text()
 
 
 def test_a_killed_server_leaves_no_process_behind(tiny_checkpoints, tmp_path: Path) -> None:
