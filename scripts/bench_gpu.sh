@@ -2,7 +2,7 @@
 # The service benchmark as docs/benchmarks.md reports it: a random real-size checkpoint, `voicewire
 # serve` in its own process with configs/gpu.yaml, and `voicewire bench` against it over loopback.
 # Usage: scripts/bench_gpu.sh SIZE LEVELS OUT_PREFIX   (e.g. 0.6b 1,8,64,256 results/0.6b)
-# Writes OUT_PREFIX.json, .md, .serve.log and .metrics.txt (the server's Prometheus metrics after the run).
+# Writes OUT_PREFIX.json, .md, .serve.log and .metrics.txt (the Prometheus metrics of every server and engine process after the run).
 # Settings from the environment: FRAMES (100), RATE (20 words/s), PORT (8000), PYTHON (python3),
 # WORKERS (server processes; default: the profile's server.workers).
 set -euo pipefail

@@ -22,6 +22,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
 from voicewire.engine import StreamOptions
+from voicewire.engine.engine import Engine
 from voicewire.engine.engine_process import AnyEngine
 from voicewire.server import protocol as p
 from voicewire.server.auth import Auth, split_subprotocols
@@ -41,11 +42,10 @@ def create_app(
     engine: AnyEngine, config: ServerConfig | None = None, close_engine: bool = False
 ) -> Starlette:
     """An app serving `engine`. The caller owns the engine, unless `close_engine`: then the app closes
-    it when it shuts down (`voicewire serve`, where uvicorn ends the process by re-raising the
-    signal that stopped it, so the caller's own clean-up never runs)."""
+    it when it shuts down (`voicewire serve`)."""
     config = config or ServerConfig()
     executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="voicewire-codec")
-    metrics = Metrics()
+    metrics = Metrics(engine.metrics.registry if isinstance(engine, Engine) else None)
     speech, voices = speech_endpoints(engine, metrics)
     auth = Auth(config)
     if auth.open:

@@ -6,7 +6,9 @@ text at an LLM-like pace (or all at once), Opus back; measured at the client:
 - underruns of a simulated player that starts after 200 ms of audio and then plays in real time
   (count and total gap);
 - cancel latency (cancel sent -> `cancelled`), on every fourth stream, after its first 0.4 s of audio;
-- aggregate audio seconds per wall second.
+- aggregate audio seconds per wall second;
+- and from the server's `/metrics` before and after the level, the engine's view of the same
+  sessions (`engine`): first frame, first chunk, step and decoder-call times, and batch sizes.
 
 One Python process can only send and receive so much: at 256 streams the client alone makes ~5000 text
 sends a second. A level can therefore spread its sessions over several client processes (spawned), which
@@ -29,6 +31,7 @@ from multiprocessing.connection import Connection, wait
 
 import msgpack
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 
 log = logging.getLogger(__name__)
@@ -95,6 +98,69 @@ def simulated_underruns(
             clock = at
         clock += seconds
     return underruns, round(gap, 3)
+
+
+# The engine's histograms a level report carries: seconds (reported in ms) or stream counts.
+ENGINE_HISTOGRAMS = {
+    "first_frame_ms": "voicewire_engine_first_frame_seconds",
+    "first_chunk_ms": "voicewire_engine_first_chunk_seconds",
+    "step_ms": "voicewire_engine_step_seconds",
+    "decode_ms": "voicewire_engine_decode_seconds",
+    "prefill_launch_ms": "voicewire_engine_prefill_launch_seconds",
+    "step_streams": "voicewire_engine_step_streams",
+    "decode_streams": "voicewire_engine_decode_streams",
+    "prefill_streams": "voicewire_engine_prefill_streams",
+}
+
+
+def engine_histograms(url: str) -> dict[str, dict[float, float]]:
+    """The server's engine histograms now, as cumulative counts per upper bound (+inf included)."""
+    http = "http" + url.removeprefix("ws")
+    with urllib.request.urlopen(f"{http}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    wanted = set(ENGINE_HISTOGRAMS.values())
+    found: dict[str, dict[float, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name in wanted:
+            buckets = {float(s.labels["le"]): s.value for s in family.samples if s.name.endswith("_bucket")}
+            found[family.name] = buckets
+    return found
+
+
+def _quantile(buckets: dict[float, float], q: float) -> float | None:
+    """Prometheus' histogram_quantile: linear within the bucket that holds rank q x count."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]] if bounds else 0
+    if total <= 0:
+        return None
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-12)
+        lower, below = bound, count
+    return lower
+
+
+def engine_report(before: dict, after: dict) -> dict:
+    """What the engine did between two `engine_histograms`: per histogram its count and estimated
+    p50/p95 (from the buckets, so within a bucket's width). Empty for a server without them."""
+    report = {}
+    for key, name in ENGINE_HISTOGRAMS.items():
+        if name not in after:
+            continue
+        then = before.get(name, {})
+        delta = {bound: count - then.get(bound, 0.0) for bound, count in after[name].items()}
+        scale = 1000.0 if key.endswith("_ms") else 1.0
+        p50, p95 = _quantile(delta, 0.5), _quantile(delta, 0.95)
+        report[key] = {
+            "count": int(delta.get(math.inf, 0.0)),
+            "p50": None if p50 is None else round(p50 * scale, 2),
+            "p95": None if p95 is None else round(p95 * scale, 2),
+        }
+    return report
 
 
 def first_speaker(url: str) -> str | None:
@@ -268,8 +334,10 @@ async def run_level(
     return await asyncio.to_thread(_run_in_processes, url, streams, frames, rate, speaker, processes)
 
 
-def level_report(streams: int, frames: int, rate: float, level: LevelRuns) -> dict:
-    """The JSON report of one level's runs."""
+def level_report(
+    streams: int, frames: int, rate: float, level: LevelRuns, engine: dict | None = None
+) -> dict:
+    """The JSON report of one level's runs, with the engine's view (`engine_report`) if given."""
     runs, wall = level.runs, level.wall_s
     full = [r for i, r in enumerate(runs) if i % 4 != 3]  # streams that ran to the end
     underruns = [simulated_underruns(r.arrivals) for r in full]
@@ -289,6 +357,7 @@ def level_report(streams: int, frames: int, rate: float, level: LevelRuns) -> di
         "aggregate_audio_s_per_s": round(sum(r.audio_s for r in runs) / wall, 3),
         "wall_s": round(wall, 3),
         "client_processes": level.client_processes,
+        "engine": engine or {},
     }
 
 
@@ -296,8 +365,10 @@ async def bench_level(
     url: str, streams: int, frames: int, rate: float, speaker: str | None, processes: int = 1
 ) -> dict:
     """One concurrency level, its sessions spread over `processes` client processes; returns its report."""
+    before = await asyncio.to_thread(engine_histograms, url)
     level = await run_level(url, streams, frames, rate, speaker, processes)
-    return level_report(streams, frames, rate, level)
+    after = await asyncio.to_thread(engine_histograms, url)
+    return level_report(streams, frames, rate, level, engine_report(before, after))
 
 
 def markdown(report: dict) -> str:

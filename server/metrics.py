@@ -17,7 +17,9 @@ SPEED_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0)
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, engine_registry: CollectorRegistry | None = None) -> None:
+        """`engine_registry`: an engine running in this process, whose metrics are served too."""
+        self.engine_registry = engine_registry
         self.registry = CollectorRegistry()
         # livesum: a worker's gauge counts while it runs (summed over workers).
         self.sessions = Gauge(
@@ -61,7 +63,8 @@ class Metrics:
 
     def render(self) -> bytes:
         if MULTIPROCESS_DIR not in os.environ:
-            return generate_latest(self.registry)
+            engine = b"" if self.engine_registry is None else generate_latest(self.engine_registry)
+            return generate_latest(self.registry) + engine
         every_process = CollectorRegistry()
         multiprocess.MultiProcessCollector(every_process)
         return generate_latest(every_process)

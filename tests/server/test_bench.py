@@ -23,6 +23,7 @@ REPORT_KEYS = {
     "aggregate_audio_s_per_s",
     "wall_s",
     "client_processes",
+    "engine",
 }
 
 
@@ -54,7 +55,27 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
             "start_buffer_ms",
         }
     assert report["levels"][1]["cancel_ms"]["p50"] > 0  # the fourth stream was cancelled
+    # The engine's view of each level's own sessions (the in-process engine's metrics, told apart
+    # from the level before by scraping before and after).
+    for level in report["levels"]:
+        engine = level["engine"]
+        assert set(engine) == set(bench.ENGINE_HISTOGRAMS)
+        assert engine["first_frame_ms"]["count"] == engine["first_chunk_ms"]["count"] == level["streams"]
+        assert 0 < engine["first_frame_ms"]["p50"] <= engine["first_chunk_ms"]["p95"]
+        assert engine["step_ms"]["count"] >= 14 and engine["step_streams"]["p95"] <= level["streams"]
     assert table.read_text().count("\n| ") == 3  # header + two levels
+
+
+def test_engine_report_takes_the_level_out_of_the_histograms() -> None:
+    inf = float("inf")
+    before = {"voicewire_engine_step_seconds": {0.01: 2.0, 0.02: 2.0, inf: 2.0}}
+    # 10 more steps: 4 up to 10 ms, 6 in (10, 20] ms.
+    after = {"voicewire_engine_step_seconds": {0.01: 6.0, 0.02: 12.0, inf: 12.0}}
+    report = bench.engine_report(before, after)
+    assert report == {"step_ms": {"count": 10, "p50": 11.67, "p95": 19.17}}
+    assert bench.engine_report({}, {}) == {}
+    # A rank in the +Inf bucket is reported as the largest finite bound, as Prometheus does.
+    assert bench._quantile({0.01: 1.0, inf: 4.0}, 0.95) == 0.01
 
 
 def test_the_automatic_client_processes(monkeypatch: pytest.MonkeyPatch) -> None:
