@@ -2,7 +2,7 @@
 time go, seen from inside the engine.
 
 Each engine has its own registry. Under `voicewire serve` the engine runs in a process of its own,
-and prometheus-client's multiprocess mode (`server.metrics`) puts its values beside the server
+and prometheus-client's multiprocess mode (`server.metrics_dir`) puts its values beside the server
 workers', so every worker's `/metrics` shows them.
 """
 
@@ -17,53 +17,34 @@ STREAMS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 class EngineMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.step = Histogram(
-            "voicewire_engine_step_seconds",
+        self.step = self._histogram(
+            "step_seconds",
             "One batched frame for every ready stream, until its codes are on the host",
-            buckets=SECONDS,
-            registry=self.registry,
+            SECONDS,
         )
-        self.step_streams = Histogram(
-            "voicewire_engine_step_streams",
-            "Streams per batched frame",
-            buckets=STREAMS,
-            registry=self.registry,
-        )
-        self.prefill = Histogram(
-            "voicewire_engine_prefill_launch_seconds",
+        self.step_streams = self._histogram("step_streams", "Streams per batched frame", STREAMS)
+        self.prefill = self._histogram(
+            "prefill_launch_seconds",
             "Host time to embed a round's new prompts and queue their prefills (the GPU work ends "
             "inside the next step)",
-            buckets=SECONDS,
-            registry=self.registry,
+            SECONDS,
         )
-        self.prefill_streams = Histogram(
-            "voicewire_engine_prefill_streams",
-            "Sequences started per round",
-            buckets=STREAMS,
-            registry=self.registry,
-        )
-        self.first_frame = Histogram(
-            "voicewire_engine_first_frame_seconds",
+        self.prefill_streams = self._histogram("prefill_streams", "Sequences started per round", STREAMS)
+        self.first_frame = self._histogram(
+            "first_frame_seconds",
             "From a stream's first text reaching the engine to its first frame of codes",
-            buckets=SECONDS,
-            registry=self.registry,
+            SECONDS,
         )
-        self.decode = Histogram(
-            "voicewire_engine_decode_seconds",
-            "One batched codec decoder call, until its audio is on the host",
-            buckets=SECONDS,
-            registry=self.registry,
+        self.decode = self._histogram(
+            "decode_seconds", "One batched codec decoder call, until its audio is on the host", SECONDS
         )
-        self.decode_streams = Histogram(
-            "voicewire_engine_decode_streams",
-            "Streams per decoder call",
-            buckets=STREAMS,
-            registry=self.registry,
-        )
-        self.first_chunk = Histogram(
-            "voicewire_engine_first_chunk_seconds",
+        self.decode_streams = self._histogram("decode_streams", "Streams per decoder call", STREAMS)
+        self.first_chunk = self._histogram(
+            "first_chunk_seconds",
             "From a stream's first text reaching the engine to its first audio chunk",
-            buckets=SECONDS,
-            registry=self.registry,
+            SECONDS,
         )
         self.frames = Counter("voicewire_engine_frames", "Frames of codes made", registry=self.registry)
+
+    def _histogram(self, name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(f"voicewire_engine_{name}", documentation, buckets=buckets, registry=self.registry)

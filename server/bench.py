@@ -113,10 +113,14 @@ ENGINE_HISTOGRAMS = {
 }
 
 
+def _http(url: str) -> str:
+    """The server's HTTP base URL for its WebSocket URL (ws:// or wss://)."""
+    return "http" + url.removeprefix("ws")
+
+
 def engine_histograms(url: str) -> dict[str, dict[float, float]]:
     """The server's engine histograms now, as cumulative counts per upper bound (+inf included)."""
-    http = "http" + url.removeprefix("ws")
-    with urllib.request.urlopen(f"{http}/metrics", timeout=30) as response:
+    with urllib.request.urlopen(f"{_http(url)}/metrics", timeout=30) as response:
         text = response.read().decode()
     wanted = set(ENGINE_HISTOGRAMS.values())
     found: dict[str, dict[float, float]] = {}
@@ -165,8 +169,7 @@ def engine_report(before: dict, after: dict) -> dict:
 
 def first_speaker(url: str) -> str | None:
     """The server's first named speaker (GET /v1/voices), or None for checkpoints without any."""
-    http = "http" + url.removeprefix("ws")
-    with urllib.request.urlopen(f"{http}/v1/voices", timeout=30) as response:
+    with urllib.request.urlopen(f"{_http(url)}/v1/voices", timeout=30) as response:
         voices = json.load(response)["voices"]
     return voices[0]["id"] if voices else None
 
