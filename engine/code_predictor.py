@@ -49,10 +49,6 @@ class CodePredictor(nn.Module):
         # positions 0,1 (talker hidden, code 0) then codes 1..14 as inputs
         return self.cfg.num_code_groups
 
-    def residual_embedding_sum(self, codes: Tensor) -> Tensor:
-        """codes [B, 15] (codes 1..15) -> sum of their embeddings [B, talker hidden]."""
-        return sum(emb(codes[:, k]) for k, emb in enumerate(self.model.codec_embedding))
-
     def predict(
         self,
         talker_hidden: Tensor,

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from voicewire.engine import cuda_graphs
+from voicewire.engine import cuda_graphs, pointwise
 from voicewire.engine.sampling import (
     Draw,
     RowSampling,
@@ -108,6 +108,7 @@ def banned_ids(cfg: TalkerConfig, device: torch.device | str) -> tuple[Tensor, T
     return banned, eos_only
 
 
+@pointwise.fusable
 def choose_code0(
     logits: Tensor,
     seen: Tensor,

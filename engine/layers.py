@@ -43,12 +43,17 @@ class DecoderConfig:
 @dataclass
 class KVCache:
     """Keys and values for every layer, allocated once: [layers, B, kv_heads, L, d], with the RoPE
-    cos/sin of every cache position [L, d] (float32), looked up per step instead of recomputed."""
+    cos/sin of every cache position [L, d] (float32), looked up per step instead of recomputed.
+
+    `span`: attention reads only positions [0, span) of each row (None: all of them). Writes go
+    to the whole rows, which stay contiguous per layer (a fused write into a strided view would
+    copy the whole cache)."""
 
     k: Tensor
     v: Tensor
     cos: Tensor
     sin: Tensor
+    span: int | None = None
 
     @classmethod
     def allocate(
@@ -65,15 +70,13 @@ class KVCache:
 
     @property
     def length(self) -> int:
-        return self.k.shape[3]
+        """The positions attention reads."""
+        return self.k.shape[3] if self.span is None else self.span
 
     def rows(self, start: int, stop: int, span: int | None = None) -> KVCache:
-        """A view on rows [start, stop) and, with `span`, on positions [0, span) only: attention then
-        reads that much of each row. Writes through the view land in this cache."""
-        positions = slice(None, span)
-        return KVCache(
-            self.k[:, start:stop, :, positions], self.v[:, start:stop, :, positions], self.cos, self.sin
-        )
+        """A view on rows [start, stop) that, with `span`, attends to positions [0, span) only.
+        Writes through the view land in this cache."""
+        return KVCache(self.k[:, start:stop], self.v[:, start:stop], self.cos, self.sin, span)
 
     def take(self, rows: Tensor) -> KVCache:
         """A copy of the given rows [n] (any order, repeats allowed)."""
@@ -149,30 +152,33 @@ class Attention(nn.Module):
         bias: Tensor,
         k_cache: Tensor,
         v_cache: Tensor,
+        span: int,
     ) -> Tensor:
+        """x [B, T, H]; the new keys/values go to each row's positions [B, T] of the caches
+        [B, kv, L, d], and attention reads their first `span` positions."""
         b, t, _ = x.shape
         d = self.cfg.head_dim
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))
-        q, k = pointwise.qk_norm_rope(
+        q = pointwise.qk_norm_rope_store(
             q.view(b, t, -1, d),
             k.view(b, t, -1, d),
+            v.view(b, t, -1, d),
             self.q_norm.weight,
             self.k_norm.weight,
             self.q_norm.eps,
             cos,
             sin,
+            positions,
+            k_cache,
+            v_cache,
         )
-        v = v.view(b, t, -1, d).transpose(1, 2)
-        # Scatter the new keys/values at each row's own positions: caches are [B, kv, L, d].
-        index = positions[:, None, :, None].expand(b, k.shape[1], t, d)
-        k_cache.scatter_(2, index, k)
-        v_cache.scatter_(2, index, v)
-        return self.o_proj(grouped_attention(q, k_cache, v_cache, bias).transpose(1, 2).reshape(b, t, -1))
+        out = grouped_attention(q, k_cache[:, :, :span], v_cache[:, :, :span], bias)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
 def grouped_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
     """GQA without copying keys: q [B, h, T, d] over k/v [B, kv, L, d] -> [B, h, T, d], with an
-    additive mask `bias` [B, 1, g x T, L] from `attention_bias`.
+    additive mask `bias` [B, 1, g x T, L] from `attention_inputs`.
 
     The g = h / kv query heads of a key head become g x T query rows of that head, so attention
     runs on the cache as it is (SDPA's enable_gqa falls back to repeating the whole cache)."""
@@ -181,15 +187,22 @@ def grouped_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
     return F.scaled_dot_product_attention(rows, k, v, attn_mask=bias).reshape(b, h, t, d)
 
 
-def attention_bias(visible: Tensor, groups: int, dtype: torch.dtype) -> Tensor:
-    """A boolean mask [B, T, L] as the additive bias of `grouped_attention` [B, 1, groups x T, L]:
-    0 where visible, -inf elsewhere. Made once per forward, not per layer: SDPA turns a boolean
-    mask into this bias inside every call."""
-    b, t, length = visible.shape
-    bias = torch.zeros(visible.shape, device=visible.device, dtype=dtype).masked_fill_(
+@pointwise.fusable
+def attention_inputs(
+    positions: Tensor, cos_table: Tensor, sin_table: Tensor, length: int, groups: int, dtype: torch.dtype
+) -> tuple[Tensor, Tensor, Tensor]:
+    """What every layer of one forward shares, for rows at positions [B, T] over `length` cache
+    positions: RoPE cos and sin [B, T, d], and the causal mask as the additive bias of
+    `grouped_attention` [B, 1, groups x T, length] (0 where a query sees the slot, -inf elsewhere).
+    Made once per forward: SDPA would turn a boolean mask into this bias inside every call."""
+    b, t = positions.shape
+    slots = torch.arange(length, device=positions.device)
+    visible = slots[None, None, :] <= positions[:, :, None]
+    bias = torch.zeros(visible.shape, device=positions.device, dtype=dtype).masked_fill_(
         ~visible, float("-inf")
     )
-    return bias[:, None, None].expand(b, 1, groups, t, length).reshape(b, 1, groups * t, length)
+    bias = bias[:, None, None].expand(b, 1, groups, t, length).reshape(b, 1, groups * t, length)
+    return cos_table[positions], sin_table[positions], bias
 
 
 class MLP(nn.Module):
@@ -226,17 +239,27 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,
+        delta: Tensor | None,
         cos: Tensor,
         sin: Tensor,
         positions: Tensor,
         bias: Tensor,
         k_cache: Tensor,
         v_cache: Tensor,
-    ) -> Tensor:
-        attn = self.self_attn(self.input_layernorm(x), cos, sin, positions, bias, k_cache, v_cache)
+        span: int,
+    ) -> tuple[Tensor, Tensor]:
+        """The residual stream x [B, T, H] and the previous layer's output `delta` still to be
+        added (None before the first layer) -> (x, this layer's output still to be added): each
+        residual sum runs in the kernel of the norm after it."""
+        norm = self.input_layernorm
+        if delta is None:
+            h = norm(x)
+        else:
+            x, h = pointwise.add_rms_norm(x, delta, norm.weight, norm.eps)
+        attn = self.self_attn(h, cos, sin, positions, bias, k_cache, v_cache, span)
         norm = self.post_attention_layernorm
         x, h = pointwise.add_rms_norm(x, attn, norm.weight, norm.eps)
-        return x + self.mlp(h)
+        return x, self.mlp(h)
 
 
 class DecoderStack(nn.Module):
@@ -254,14 +277,15 @@ class DecoderStack(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
         """x [B, T, H] at positions [B, T] -> normed hidden states [B, T, H]."""
-        cos, sin = cache.cos[positions], cache.sin[positions]
-        # Causal by position: a query sees cache slots at or before its own position.
-        slots = torch.arange(cache.length, device=x.device)
         groups = self.cfg.num_heads // self.cfg.num_kv_heads
-        bias = attention_bias(slots[None, None, :] <= positions[:, :, None], groups, x.dtype)
+        span = cache.length
+        cos, sin, bias = attention_inputs(positions, cache.cos, cache.sin, span, groups, x.dtype)
+        delta = None
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, positions, bias, cache.k[i], cache.v[i])
-        return self.norm(x)
+            x, delta = layer(x, delta, cos, sin, positions, bias, cache.k[i], cache.v[i], span)
+        if delta is None:
+            return self.norm(x)
+        return pointwise.add_rms_norm(x, delta, self.norm.weight, self.norm.eps)[1]
 
 
 def scaled_init_(module: nn.Module, gen: torch.Generator) -> None:

@@ -1,13 +1,18 @@
-"""Elementwise pieces of the decoder layers and the codec decoder, as functions torch.compile fuses.
+"""Elementwise pieces of the model, as functions torch.compile fuses.
 
 Eager PyTorch runs each of these as several kernels, and at a frame's batch sizes the kernel
-count, not the arithmetic, sets the speed. `enable_fusion()` (CUDA engines) swaps in compiled
-versions, one generated kernel each. The math is the same; only reduction order may differ.
+count, not the arithmetic, sets the speed. A function marked `@fusable` runs eagerly until
+`enable_fusion()` (CUDA engines) is called; from then on it runs compiled, as one or a few
+generated kernels. The math is the same; only reduction order may differ. Other modules mark
+their own glue (the draw, the attention inputs, the frame's embedding sum) the same way.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -15,13 +20,54 @@ from torch import Tensor
 
 log = logging.getLogger(__name__)
 
+Fn = TypeVar("Fn", bound=Callable)
 
+_fused = False
+_compiled: dict[Callable, Callable] = {}
+
+
+def fusable(fn: Fn) -> Fn:
+    """Mark a module-level function for compilation once `enable_fusion()` has been called."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+        # Inside another fused function the caller's compilation already covers this one.
+        if not _fused or torch.compiler.is_compiling():
+            return fn(*args, **kwargs)
+        compiled = _compiled.get(fn)
+        if compiled is None:
+            # dynamic: one kernel family serves every batch size, width and span.
+            compiled = _compiled[fn] = torch.compile(fn, dynamic=True)
+        return compiled(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
+
+def enable_fusion() -> None:
+    """Run every `@fusable` function compiled from now on (once per process; CUDA only, as CI
+    has no GPU compiler)."""
+    global _fused
+    if _fused:
+        return
+    _fused = True
+    # Each function meets several widths, dtypes and 0/1-sized dims (talker, predictor, codec
+    # decoder): room for those variants, and eager instead of an error should a new one exceed it.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    log.info("fused kernels on: @fusable functions run compiled (torch.compile)")
+
+
+def fusion_enabled() -> bool:
+    return _fused
+
+
+@fusable
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """Normalized in float32, cast back, then scaled: Qwen's order."""
     normed = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=eps)
     return weight * normed.to(x.dtype)
 
 
+@fusable
 def add_rms_norm(x: Tensor, delta: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     """The residual sum x + delta, and its norm."""
     total = x + delta
@@ -35,47 +81,63 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotated * sin
 
 
-def qk_norm_rope(
-    q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float, cos: Tensor, sin: Tensor
-) -> tuple[Tensor, Tensor]:
-    """Per-head norm then RoPE of q [B, T, h, d] and k [B, T, kv, d] -> [B, h, T, d], [B, kv, T, d];
-    cos/sin [B, T, d] float32."""
+@fusable
+def qk_norm_rope_store(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_weight: Tensor,
+    k_weight: Tensor,
+    eps: float,
+    cos: Tensor,
+    sin: Tensor,
+    positions: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+) -> Tensor:
+    """Per-head norm then RoPE of q [B, T, h, d] and k [B, T, kv, d]; k and v [B, T, kv, d] are
+    written at each row's positions [B, T] of the caches [B, kv, L, d]; returns q [B, h, T, d].
+    cos/sin [B, T, d] float32. The caches must be whole (contiguous) tensors: written through a
+    strided view, the compiled version would copy the whole cache around the write."""
     cos, sin = cos[:, None], sin[:, None]
     q = rotate(rms_norm(q, q_weight, eps).transpose(1, 2), cos, sin).to(q.dtype)
     k = rotate(rms_norm(k, k_weight, eps).transpose(1, 2), cos, sin).to(k.dtype)
-    return q, k
+    rows = torch.arange(q.shape[0], device=q.device)[:, None]
+    # Indices on dims 0 and 2 around a slice: the written block is [B, T, kv, d].
+    k_cache[rows, :, positions] = k.transpose(1, 2)
+    v_cache[rows, :, positions] = v
+    return q
 
 
+@fusable
 def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
     return F.silu(gate) * up
 
 
+@fusable
 def snake_beta(x: Tensor, log_alpha: Tensor, log_beta: Tensor) -> Tensor:
     """The codec decoder's activation on time-major x [B, T, C]: x + sin²(x·e^alpha) / e^beta per
     channel. Eager it is five passes over the decoder's largest tensors; fused, one."""
     return x + (1.0 / (log_beta.exp() + 1e-9)) * torch.sin(x * log_alpha.exp()).pow(2)
 
 
+@fusable
 def snake_beta_after(context: Tensor, x: Tensor, log_alpha: Tensor, log_beta: Tensor) -> Tensor:
     """[context, snake_beta(x)] along time ([B, c, C] and [B, T, C]): the input of the causal conv
     after the activation, written in the same pass."""
     return torch.cat([context, snake_beta(x, log_alpha, log_beta)], dim=1)
 
 
-_fused = False
+@fusable
+def embedding_sum(ids: Tensor, tables: list[Tensor]) -> Tensor:
+    """ids [B, n] -> tables[0][ids[:, 0]] + ... + tables[n-1][ids[:, n-1]] [B, H], summed in that order."""
+    total = F.embedding(ids[:, 0], tables[0])
+    for k in range(1, len(tables)):
+        total = total + F.embedding(ids[:, k], tables[k])
+    return total
 
 
-def enable_fusion() -> None:
-    """Use compiled versions from now on (once per process; CUDA only, as CI has no compiler)."""
-    global _fused, rms_norm, add_rms_norm, qk_norm_rope, silu_mul, snake_beta, snake_beta_after
-    if _fused:
-        return
-    _fused = True
-    # Each function meets several widths, dtypes and 0/1-sized dims (talker, predictor, codec
-    # decoder): room for those variants, and eager instead of an error should a new one exceed it.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    fns = (rms_norm, add_rms_norm, qk_norm_rope, silu_mul, snake_beta, snake_beta_after)
-    rms_norm, add_rms_norm, qk_norm_rope, silu_mul, snake_beta, snake_beta_after = (
-        torch.compile(fn, dynamic=True) for fn in fns
-    )
-    log.info("decoder layers use fused elementwise kernels (torch.compile)")
+@fusable
+def frame_embedding(codes: Tensor, code0_table: Tensor, residual_tables: list[Tensor]) -> Tensor:
+    """A frame's codes [B, 16] -> code 0's row plus the sum of codes 1..15's rows [B, H]."""
+    return F.embedding(codes[:, 0], code0_table) + embedding_sum(codes[:, 1:], residual_tables)

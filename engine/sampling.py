@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from voicewire.engine import pointwise
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -140,8 +142,11 @@ def _filter_best(logits: Tensor, params: RowSampling) -> tuple[Tensor, Tensor]:
     best = best / params.temperature[:, None]
     k = params.top_k.clamp(1, best.shape[-1])
     best = best.masked_fill(best < best.gather(1, (k - 1)[:, None]), float("-inf"))
-    # top-p from the best down: drop an id once the ids before it hold p of the mass.
-    probs = best.softmax(dim=-1)
+    # top-p from the best down: drop an id once the ids before it hold p of the mass. A softmax
+    # written out (the first id is the largest): compiled, torch.softmax over this symbolic width
+    # is lowered as a split reduction with a warning.
+    probs = (best - best[:, :1]).exp()
+    probs = probs / probs.sum(dim=-1, keepdim=True)
     before = probs.cumsum(dim=-1) - probs
     remove = (before >= params.top_p[:, None]) & (params.top_p < 1.0)[:, None]
     return best.masked_fill(remove, float("-inf")), ids
@@ -178,6 +183,16 @@ def unit_interval(bits: Tensor) -> Tensor:
     return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 23))
 
 
+@torch.compiler.disable
+def _filter_all(logits: Tensor, params: RowSampling, seed: Tensor, counter: Tensor) -> tuple[Tensor, Tensor]:
+    """The full draw's filtered logits and noise over the whole vocabulary [B, V]. Eager even
+    when `sample` runs compiled: the full draw is rare (top-k off or above the cap), inductor
+    turns its id range into int32 index arithmetic where the hash's 32-bit constants overflow,
+    and it splits the vocabulary softmax."""
+    return _filter(logits, params), uniform_noise(seed, counter, logits.shape[-1])
+
+
+@pointwise.fusable
 def sample(
     logits: Tensor, params: RowSampling, seed: Tensor, counter: Tensor, draw: Draw = Draw.FULL
 ) -> Tensor:
@@ -188,10 +203,11 @@ def sample(
         return greedy
     if draw == Draw.TOP_K:
         filtered, ids = _filter_best(logits.float(), params)
+        noise = uniform_noise(seed, counter, ids)
     else:
-        filtered, ids = _filter(logits.float(), params), logits.shape[-1]
+        filtered, noise = _filter_all(logits.float(), params, seed, counter)
     # Gumbel race: argmax of log p + G, G = -log(-log U), is a draw from p.
-    race = filtered - torch.log(-torch.log(uniform_noise(seed, counter, ids)))
+    race = filtered - torch.log(-torch.log(noise))
     won = race.argmax(dim=-1)
     if draw == Draw.TOP_K:
         won = ids.gather(1, won[:, None])[:, 0]

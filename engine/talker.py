@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from voicewire.engine import checkpoint
+from voicewire.engine import checkpoint, pointwise
 from voicewire.engine.code_predictor import CodePredictor, CodePredictorConfig
 from voicewire.engine.layers import DecoderConfig, DecoderStack, scaled_init_
 
@@ -96,7 +96,8 @@ class Talker(nn.Module):
 
     def embed_frame(self, codes: Tensor) -> Tensor:
         """A frame's 16 codes [B, 16] -> the sum of their embeddings [B, H]."""
-        return self.embed_codec(codes[:, 0]) + self.code_predictor.residual_embedding_sum(codes[:, 1:])
+        tables = [emb.weight for emb in self.code_predictor.model.codec_embedding]
+        return pointwise.frame_embedding(codes, self.model.codec_embedding.weight, tables)
 
     def forward(self, x: Tensor, positions: Tensor, cache) -> tuple[Tensor, Tensor]:
         """Rows [B, T, H] at positions [B, T] -> (hidden [B, T, H], codebook-0 logits [B, T, V])."""

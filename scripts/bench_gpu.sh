@@ -16,7 +16,7 @@ model=$("$py" -c "from voicewire.engine.tiny import random_checkpoint; print(ran
   ${WORKERS:+--workers "$WORKERS"} >"$out.serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
-for _ in $(seq 300); do
+for _ in $(seq 900); do  # a fresh machine compiles the fused kernels first (minutes)
   if "$py" -c "import urllib.request, sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:$port/ready').status != 200)" 2>/dev/null; then
     break
   fi
