@@ -129,15 +129,10 @@ def snake_beta_after(context: Tensor, x: Tensor, log_alpha: Tensor, log_beta: Te
 
 
 @fusable
-def embedding_sum(ids: Tensor, tables: list[Tensor]) -> Tensor:
-    """ids [B, n] -> tables[0][ids[:, 0]] + ... + tables[n-1][ids[:, n-1]] [B, H], summed in that order."""
-    total = F.embedding(ids[:, 0], tables[0])
-    for k in range(1, len(tables)):
-        total = total + F.embedding(ids[:, k], tables[k])
-    return total
-
-
-@fusable
 def frame_embedding(codes: Tensor, code0_table: Tensor, residual_tables: list[Tensor]) -> Tensor:
-    """A frame's codes [B, 16] -> code 0's row plus the sum of codes 1..15's rows [B, H]."""
-    return F.embedding(codes[:, 0], code0_table) + embedding_sum(codes[:, 1:], residual_tables)
+    """A frame's codes [B, 16] -> code 0's row plus the sum of codes 1..15's rows [B, H] (summed
+    in that order, as one eager sum would)."""
+    residual = F.embedding(codes[:, 1], residual_tables[0])
+    for k in range(1, len(residual_tables)):
+        residual = residual + F.embedding(codes[:, k + 1], residual_tables[k])
+    return F.embedding(codes[:, 0], code0_table) + residual
