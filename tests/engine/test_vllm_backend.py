@@ -38,7 +38,7 @@ def test_cancel_frees_the_request_and_an_idle_waiting_stream_times_out() -> None
     assert result["cancel_reason"] == "cancelled" and result["in_flight_at_cancel"] >= 1
     assert result["wait_reason"] == "error" and result["wait_frames"] > 0
     assert "no text for 1 s" in result["wait_error"] and "free its KV cache" in result["wait_error"]
-    assert 0.5 < result["waited_s"] < 5
+    assert 1.0 < result["waited_s"] < 10  # from its last text: the 1 s timeout, and not forever
     assert result["requests_in_flight"] == 0 and result["live_streams"] == 0
 
 

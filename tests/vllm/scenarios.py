@@ -123,6 +123,9 @@ def cancel_wait() -> dict:
             voice = engine.voice(speaker="vivian", language="english")
             waiting = engine.open_stream(voice, StreamOptions(greedy=True))
             waiting.push_text("Hello there, how are")  # no end: it speaks, then waits for more
+            # Its wait for text starts while the other stream runs, so time it from here: measured
+            # from after the cancel, a slow machine saw it end 0.46 s later, a second timeout early.
+            t0 = time.monotonic()
             cancelled = engine.open_stream(voice, StreamOptions(greedy=True, max_frames=2000))
             cancelled.push_text(TEXT * 3)
             cancelled.end()
@@ -133,7 +136,6 @@ def cancel_wait() -> dict:
                     in_flight = scheduler.requests_in_flight
                     cancelled.cancel()
             cancel_result = await cancelled.wait()
-            t0 = time.monotonic()
             waited_chunks = 0
             error = None
             try:
