@@ -4,9 +4,12 @@ at an LLM-like rate or all at once and forced frame counts; reports latency and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import resource
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -45,6 +48,19 @@ def _percentiles(values: list[float]) -> dict[str, float]:
         "p95": round(float(np.percentile(array, 95)), 3),
         "max": round(float(array.max()), 3),
     }
+
+
+@contextlib.contextmanager
+def torch_trace(path: Path) -> Iterator[None]:
+    """Profile what runs inside (all threads; CUDA kernels too when CUDA is there) and write the
+    Chrome trace to `path`."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True, enable_cuda_sync_events=True)
+    with torch.profiler.profile(activities=activities, experimental_config=config) as profiler:
+        yield
+    profiler.export_chrome_trace(str(path))
 
 
 async def _drive(engine: Engine, stream: Stream, pieces: list[str], rate: float) -> _StreamTiming:

@@ -115,9 +115,12 @@ def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
 
 
 @fusable
-def snake_beta(x: Tensor, log_alpha: Tensor, log_beta: Tensor) -> Tensor:
+def snake_beta(x: Tensor, log_alpha: Tensor, log_beta: Tensor, bias: Tensor | None = None) -> Tensor:
     """The codec decoder's activation on time-major x [B, T, C]: x + sin²(x·e^alpha) / e^beta per
-    channel. Eager it is five passes over the decoder's largest tensors; fused, one."""
+    channel, of x + `bias` [C] if given (the bias of the conv before it, added in the same pass).
+    Eager it is five passes over the decoder's largest tensors; fused, one."""
+    if bias is not None:
+        x = x + bias
     return x + (1.0 / (log_beta.exp() + 1e-9)) * torch.sin(x * log_alpha.exp()).pow(2)
 
 

@@ -286,7 +286,7 @@ def _bench_engine(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from voicewire.engine.bench import BenchSettings, run_bench
+    from voicewire.engine.bench import BenchSettings, run_bench, torch_trace
     from voicewire.engine.engine import Engine
     from voicewire.engine.model import Qwen3TTS
 
@@ -298,7 +298,10 @@ def _bench_engine(args: argparse.Namespace) -> int:
         with Engine(model, config) as engine:
             if args.warmup:  # first calls pay one-time costs (allocator, kernels)
                 await run_bench(engine, BenchSettings(streams=1, frames=args.warmup, text_rate=0))
-            return await run_bench(engine, settings)
+            if args.trace is None:
+                return await run_bench(engine, settings)
+            with torch_trace(args.trace):
+                return await run_bench(engine, settings)
 
     report = asyncio.run(bench())
     text = json.dumps(report, indent=2)
@@ -470,6 +473,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--text-rate", type=float, default=20.0, help="text tokens per second per stream; 0 = all at once"
     )
     bench.add_argument("--warmup", type=int, default=4, help="frames of a warm-up stream first (0: none)")
+    bench.add_argument(
+        "--trace",
+        type=Path,
+        help="write a torch.profiler Chrome trace of the measured run here (every thread's ops, and the "
+        "GPU's kernels on CUDA); open it in Perfetto",
+    )
     bench.set_defaults(func=_bench_engine)
 
     parts = sub.add_parser(

@@ -100,8 +100,13 @@ def test_bench_engine_prints_its_json_report(
         assert set(report[key]) == {"p50", "p95", "max"}
         assert 0 < report[key]["p50"] <= report[key]["p95"] <= report[key]["max"]
     assert report["aggregate_audio_s_per_s"] > 0 and report["wall_s"] > 0 and report["peak_memory_mb"] > 0
-    assert main([*args, "--text-rate", "0", "--warmup", "0"]) == 0  # all text at once
+    trace = tmp_path / "trace.json"
+    assert main([*args, "--text-rate", "0", "--warmup", "0", "--trace", str(trace)]) == 0  # all text at once
     assert json.loads(capsys.readouterr().out)["text_rate_tokens_per_s"] == 0
+    ops = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("name", "").startswith("aten::")]
+    # The scheduler's thread (talker) and the decoder stage's both ran torch ops inside the trace.
+    assert {"aten::embedding", "aten::conv1d"} <= {e["name"] for e in ops}
+    assert len({e["tid"] for e in ops}) >= 2
 
 
 def test_serve_without_the_default_model_names_the_ways_out(
