@@ -46,6 +46,8 @@ def fusable(fn: Fn) -> Fn:
 def enable_fusion() -> None:
     """Run every `@fusable` function compiled from now on (once per process; CUDA only, as CI
     has no GPU compiler)."""
+    import torch._inductor.config as inductor_config
+
     global _fused
     if _fused:
         return
@@ -53,6 +55,9 @@ def enable_fusion() -> None:
     # Each function meets several widths, dtypes and 0/1-sized dims (talker, predictor, codec
     # decoder): room for those variants, and eager instead of an error should a new one exceed it.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    # Softmaxes here span at most a KV (persistent reductions: one read either way). Online softmax
+    # only warns and falls back wherever inductor splits the reduction (one row over a long span).
+    inductor_config.online_softmax = False
     log.info("fused kernels on: @fusable functions run compiled (torch.compile)")
 
 

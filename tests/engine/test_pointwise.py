@@ -119,3 +119,34 @@ def test_compiled_attention_inputs_and_frame_embedding_equal_eager(fused: None) 
     eager_rows = pointwise.frame_embedding.__wrapped__(codes, tables[0], tables[1:])
     torch.testing.assert_close(fused_rows, eager_rows, rtol=1e-6, atol=1e-6)
     assert torch.allclose(eager_rows[1], sum(tables[k][codes[1, k]] for k in range(16)), atol=1e-5)
+
+
+def test_compiled_few_row_attention_equals_sdpa(fused: None) -> None:
+    """Fused, decode rows (T = 1 or 2, two query heads per key head) take the matmul-softmax path;
+    it gives SDPA's output under the causal bias, fully masked slots included."""
+    gen = torch.Generator().manual_seed(9)
+    b, h, kv, d, length = 3, 4, 2, 16, 24
+    k, v = torch.randn(2, b, kv, length, d, generator=gen)
+    for t in (1, 2):
+        q = torch.randn(b, h, t, d, generator=gen)
+        positions = torch.tensor([[0, 1], [9, 10], [21, 22]])[:, :t]
+        cos_table, sin_table = layers.rope_tables(d, 1e6, torch.arange(length))
+        _, _, bias = layers.attention_inputs(positions, cos_table, sin_table, length, h // kv, q.dtype)
+        rows = q.reshape(b, kv, -1, d)
+        want = torch.nn.functional.scaled_dot_product_attention(rows, k, v, attn_mask=bias)
+        got = layers.grouped_attention(q, k, v, bias)
+        torch.testing.assert_close(got, want.reshape(b, h, t, d), rtol=1e-5, atol=1e-5)
+        # Row 0 sees slot 0 alone: its value row, exactly weighted 1.
+        torch.testing.assert_close(got[0, :2, 0], v[0, 0, 0].expand(2, d), rtol=1e-6, atol=1e-6)
+    assert layers.few_row_attention.__wrapped__ in pointwise._compiled
+
+
+def test_compiled_snake_beta_with_a_pending_bias_equals_eager(fused: None) -> None:
+    gen = torch.Generator().manual_seed(10)
+    x = torch.randn(2, 7, 12, generator=gen)
+    log_alpha, log_beta, bias = (0.3 * torch.randn(12, generator=gen) for _ in range(3))
+    eager = pointwise.snake_beta.__wrapped__(x, log_alpha, log_beta, bias)
+    torch.testing.assert_close(
+        pointwise.snake_beta(x, log_alpha, log_beta, bias), eager, rtol=1e-6, atol=1e-6
+    )
+    torch.testing.assert_close(eager, pointwise.snake_beta.__wrapped__(x + bias, log_alpha, log_beta))
