@@ -2,11 +2,13 @@
 text at an LLM-like pace (or all at once), Opus back; measured at the client:
 
 - first audio latency (first text sent -> first audio message), p50/p95/p99;
-- speed against real time per stream (audio seconds / seconds from first text to `done`);
+- speed against real time per stream (audio seconds / seconds from first text to `done`), p50
+  and its slow tail (p5, p1, min);
 - underruns of a simulated player that starts after 200 ms of audio and then plays in real time
   (count and total gap);
 - cancel latency (cancel sent -> `cancelled`), on every fourth stream, after its first 0.4 s of audio;
-- aggregate audio seconds per wall second;
+- aggregate audio seconds per wall second, and when sessions ended after the level's start (all
+  of them, and the last of each client process), which shows a tail the medians hide;
 - and from the server's `/metrics` before and after the level, the engine's view of the same
   sessions (`engine`): first frame, first chunk, step and decoder-call times, and batch sizes.
 
@@ -54,6 +56,7 @@ class _Run:
     done_s: float | None = None
     audio_s: float = 0.0
     cancel_s: float | None = None
+    ended_at: float | None = None  # time.time() at `done` or `cancelled` (one clock for all processes)
 
 
 @dataclass
@@ -63,6 +66,7 @@ class LevelRuns:
     runs: list[_Run]
     wall_s: float  # from the common start to the last session's end
     client_processes: int
+    started_at: float  # time.time() at the common start
 
 
 def default_client_processes(streams: int) -> int:
@@ -77,6 +81,16 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
     array = np.asarray(values, dtype=np.float64)
     return {q: round(float(np.percentile(array, int(q[1:]))), 2) for q in ("p50", "p95", "p99")} | {
         "max": round(float(array.max()), 2)
+    }
+
+
+def _slow_percentiles(values: list[float]) -> dict[str, float | None]:
+    """Median and low tail, for figures where less is worse (speed)."""
+    if not values:
+        return {"p50": None, "p5": None, "p1": None, "min": None}
+    array = np.asarray(values, dtype=np.float64)
+    return {q: round(float(np.percentile(array, int(q[1:]))), 2) for q in ("p50", "p5", "p1")} | {
+        "min": round(float(array.min()), 2)
     }
 
 
@@ -216,11 +230,11 @@ async def _session(url: str, index: int, frames: int, rate: float, cancel: bool,
                     cancel_sent = now
                     await ws.send(msgpack.packb({"type": "cancel", "context_id": "c"}))
             elif kind == "done":
-                run.done_s = now
+                run.done_s, run.ended_at = now, time.time()
                 break
             elif kind == "cancelled":
                 run.cancel_s = now - (cancel_sent or now)
-                run.done_s = now
+                run.done_s, run.ended_at = now, time.time()
                 break
             elif kind == "error" and message.get("fatal"):
                 raise RuntimeError(f"session {index}: {message}")
@@ -320,7 +334,7 @@ def _run_in_processes(
         for index, run in zip(share, share_runs, strict=True)
     }
     runs = [by_index[index] for index in range(streams)]
-    return LevelRuns(runs, max(end for _, end in results) - start_at, processes)
+    return LevelRuns(runs, max(end for _, end in results) - start_at, processes, start_at)
 
 
 async def run_level(
@@ -330,9 +344,9 @@ async def run_level(
     round-robin over that many spawned client processes (at most one per stream)."""
     processes = max(1, min(processes, streams))
     if processes == 1:
-        began = time.perf_counter()
+        began, started_at = time.perf_counter(), time.time()
         runs = await _sessions(url, list(range(streams)), frames, rate, speaker)
-        return LevelRuns(runs, time.perf_counter() - began, 1)
+        return LevelRuns(runs, time.perf_counter() - began, 1, started_at)
     log.info("%d streams over %d client processes", streams, processes)
     return await asyncio.to_thread(_run_in_processes, url, streams, frames, rate, speaker, processes)
 
@@ -344,12 +358,14 @@ def level_report(
     runs, wall = level.runs, level.wall_s
     full = [r for i, r in enumerate(runs) if i % 4 != 3]  # streams that ran to the end
     underruns = [simulated_underruns(r.arrivals) for r in full]
+    ends = [None if r.ended_at is None else r.ended_at - level.started_at for r in runs]
+    processes = level.client_processes
     return {
         "streams": streams,
         "frames_per_stream": frames,
         "text_rate_words_per_s": rate,
         "first_audio_ms": _percentiles([r.first_audio_s * 1000 for r in runs if r.first_audio_s is not None]),
-        "speed_x_realtime": _percentiles([r.audio_s / r.done_s for r in full if r.done_s]),
+        "speed_x_realtime": _slow_percentiles([r.audio_s / r.done_s for r in full if r.done_s]),
         "underruns": {
             "streams_with_underruns": sum(1 for n, _ in underruns if n),
             "total": sum(n for n, _ in underruns),
@@ -359,7 +375,13 @@ def level_report(
         "cancel_ms": _percentiles([r.cancel_s * 1000 for r in runs if r.cancel_s is not None]),
         "aggregate_audio_s_per_s": round(sum(r.audio_s for r in runs) / wall, 3),
         "wall_s": round(wall, 3),
-        "client_processes": level.client_processes,
+        "session_end_s": _percentiles([end for end in ends if end is not None]),
+        # Sessions go round-robin: process k ran stream indices k, k + P, ...
+        "client_process_end_s": [
+            round(max((end for end in ends[k::processes] if end is not None), default=0.0), 3)
+            for k in range(processes)
+        ],
+        "client_processes": processes,
         "engine": engine or {},
     }
 
@@ -380,15 +402,17 @@ def markdown(report: dict) -> str:
         f"Device: {report['device']}; model: {report['model']}; text rate: {report['text_rate_words_per_s']} words/s; "
         f"{report['frames_per_stream']} frames per stream.",
         "",
-        "| streams | first audio p50 / p95 / p99 (ms) | speed × real time p50 | underruns (streams, gap s) | cancel p50 (ms) | audio-s/s |",
-        "|---|---|---|---|---|---|",
+        "| streams | first audio p50 / p95 / p99 (ms) | speed × real time p50 / p5 | underruns (streams, gap s) "
+        "| cancel p50 (ms) | audio-s/s | sessions ended p50 / max (s) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for level in report["levels"]:
         first, speed, under = level["first_audio_ms"], level["speed_x_realtime"], level["underruns"]
+        ended = level["session_end_s"]
         lines.append(
-            f"| {level['streams']} | {first['p50']} / {first['p95']} / {first['p99']} | {speed['p50']} | "
+            f"| {level['streams']} | {first['p50']} / {first['p95']} / {first['p99']} | {speed['p50']} / {speed['p5']} | "
             f"{under['streams_with_underruns']}, {under['total_gap_s']} | {level['cancel_ms']['p50']} | "
-            f"{level['aggregate_audio_s_per_s']} |"
+            f"{level['aggregate_audio_s_per_s']} | {ended['p50']} / {ended['max']} |"
         )
     return "\n".join(lines) + "\n"
 

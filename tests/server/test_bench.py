@@ -22,6 +22,8 @@ REPORT_KEYS = {
     "cancel_ms",
     "aggregate_audio_s_per_s",
     "wall_s",
+    "session_end_s",
+    "client_process_end_s",
     "client_processes",
     "engine",
 }
@@ -48,6 +50,13 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         assert level["client_processes"] == 1  # the automatic choice for small levels: in process
         assert set(level["first_audio_ms"]) == {"p50", "p95", "p99", "max"}
         assert level["first_audio_ms"]["p50"] > 0 and level["aggregate_audio_s_per_s"] > 0
+        speed = level["speed_x_realtime"]  # the slow tail: less is worse
+        assert set(speed) == {"p50", "p5", "p1", "min"}
+        assert 0 < speed["min"] <= speed["p1"] <= speed["p5"] <= speed["p50"]
+        # Every session ended within the level's wall time; one client process ran them all.
+        ended = level["session_end_s"]
+        assert 0 < ended["p50"] <= ended["max"] <= level["wall_s"] + 0.01
+        assert level["client_process_end_s"] == [pytest.approx(ended["max"], abs=0.01)]
         assert set(level["underruns"]) == {
             "streams_with_underruns",
             "total",
@@ -101,6 +110,11 @@ def test_a_level_spread_over_client_processes(server: RunningServer) -> None:
 
     report = level_report(streams, frames, rate, level)
     assert set(report) == REPORT_KEYS and report["client_processes"] == 2
+    # Each process's last session end, measured on the clock both processes share.
+    process_ends = report["client_process_end_s"]
+    assert len(process_ends) == 2 and 0 < min(process_ends)
+    assert max(process_ends) == pytest.approx(report["session_end_s"]["max"], abs=0.01)
+    assert max(process_ends) <= level.wall_s + 0.01
     total_audio = sum(run.audio_s for run in level.runs)
     assert report["aggregate_audio_s_per_s"] == pytest.approx(total_audio / level.wall_s, rel=1e-3)
     assert report["cancel_ms"]["p50"] > 0 and report["first_audio_ms"]["p50"] > 0
