@@ -75,22 +75,15 @@ def default_client_processes(streams: int) -> int:
     return min(by_cpus, math.ceil(streams / STREAMS_PER_CLIENT_PROCESS))
 
 
-def _percentiles(values: list[float]) -> dict[str, float | None]:
+def _percentiles(values: list[float], low: bool = False) -> dict[str, float | None]:
+    """p50 and the tail: the high one (p95, p99, max) for latencies, or with `low` the low one (p5,
+    p1, min) for figures where less is worse (speed)."""
+    qs, extreme = (("p50", "p5", "p1"), "min") if low else (("p50", "p95", "p99"), "max")
     if not values:
-        return {"p50": None, "p95": None, "p99": None, "max": None}
+        return dict.fromkeys((*qs, extreme))
     array = np.asarray(values, dtype=np.float64)
-    return {q: round(float(np.percentile(array, int(q[1:]))), 2) for q in ("p50", "p95", "p99")} | {
-        "max": round(float(array.max()), 2)
-    }
-
-
-def _slow_percentiles(values: list[float]) -> dict[str, float | None]:
-    """Median and low tail, for figures where less is worse (speed)."""
-    if not values:
-        return {"p50": None, "p5": None, "p1": None, "min": None}
-    array = np.asarray(values, dtype=np.float64)
-    return {q: round(float(np.percentile(array, int(q[1:]))), 2) for q in ("p50", "p5", "p1")} | {
-        "min": round(float(array.min()), 2)
+    return {q: round(float(np.percentile(array, int(q[1:]))), 2) for q in qs} | {
+        extreme: round(float(array.min() if low else array.max()), 2)
     }
 
 
@@ -365,7 +358,7 @@ def level_report(
         "frames_per_stream": frames,
         "text_rate_words_per_s": rate,
         "first_audio_ms": _percentiles([r.first_audio_s * 1000 for r in runs if r.first_audio_s is not None]),
-        "speed_x_realtime": _slow_percentiles([r.audio_s / r.done_s for r in full if r.done_s]),
+        "speed_x_realtime": _percentiles([r.audio_s / r.done_s for r in full if r.done_s], low=True),
         "underruns": {
             "streams_with_underruns": sum(1 for n, _ in underruns if n),
             "total": sum(n for n, _ in underruns),
