@@ -85,6 +85,7 @@ def create_app(
         try:
             session = Session(websocket, engine, codec, config, executor, metrics)
             log.info("session %s opened (%s, %s)", session.id, codec.subprotocol, identity)
+            metrics.sessions_opened.labels(str(os.getpid())).inc()
             await session.run()
             log.info("session %s closed", session.id)
         finally:

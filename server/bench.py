@@ -10,7 +10,8 @@ text at an LLM-like pace (or all at once), Opus back; measured at the client:
 - aggregate audio seconds per wall second, and when sessions ended after the level's start (all
   of them, and the last of each client process), which shows a tail the medians hide;
 - and from the server's `/metrics` before and after the level, the engine's view of the same
-  sessions (`engine`): first frame, first chunk, step and decoder-call times, and batch sizes.
+  sessions (`engine`): first frame, first chunk, step and decoder-call times, and batch sizes; and
+  how many of them each server process (worker) took.
 
 One Python process can only send and receive so much: at 256 streams the client alone makes ~5000 text
 sends a second. A level can therefore spread its sessions over several client processes (spawned), which
@@ -125,17 +126,35 @@ def _http(url: str) -> str:
     return "http" + url.removeprefix("ws")
 
 
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(f"{_http(url)}/metrics", timeout=30) as response:
+        return response.read().decode()
+
+
 def engine_histograms(url: str) -> dict[str, dict[float, float]]:
     """The server's engine histograms now, as cumulative counts per upper bound (+inf included)."""
-    with urllib.request.urlopen(f"{_http(url)}/metrics", timeout=30) as response:
-        text = response.read().decode()
     wanted = set(ENGINE_HISTOGRAMS.values())
     found: dict[str, dict[float, float]] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(_scrape(url)):
         if family.name in wanted:
             buckets = {float(s.labels["le"]): s.value for s in family.samples if s.name.endswith("_bucket")}
             found[family.name] = buckets
     return found
+
+
+def sessions_by_process(url: str) -> dict[str, float]:
+    """Sessions each server process has opened so far, by process id (empty for older servers)."""
+    for family in text_string_to_metric_families(_scrape(url)):
+        if family.name == "voicewire_sessions_opened":
+            return {s.labels["process"]: s.value for s in family.samples if s.name.endswith("_total")}
+    return {}
+
+
+def process_shares(before: dict[str, float], after: dict[str, float]) -> list[int]:
+    """The sessions each server process opened between two `sessions_by_process`, largest first."""
+    return sorted(
+        (int(n - before.get(p, 0.0)) for p, n in after.items() if n > before.get(p, 0.0)), reverse=True
+    )
 
 
 def _quantile(buckets: dict[float, float], q: float) -> float | None:
@@ -345,9 +364,15 @@ async def run_level(
 
 
 def level_report(
-    streams: int, frames: int, rate: float, level: LevelRuns, engine: dict | None = None
+    streams: int,
+    frames: int,
+    rate: float,
+    level: LevelRuns,
+    engine: dict | None = None,
+    server_processes: list[int] | None = None,
 ) -> dict:
-    """The JSON report of one level's runs, with the engine's view (`engine_report`) if given."""
+    """The JSON report of one level's runs, with the engine's view (`engine_report`) and the
+    sessions each server process took (`process_shares`) if given."""
     runs, wall = level.runs, level.wall_s
     full = [r for i, r in enumerate(runs) if i % 4 != 3]  # streams that ran to the end
     underruns = [simulated_underruns(r.arrivals) for r in full]
@@ -375,6 +400,7 @@ def level_report(
             for k in range(processes)
         ],
         "client_processes": processes,
+        "sessions_per_server_process": server_processes or [],
         "engine": engine or {},
     }
 
@@ -384,9 +410,12 @@ async def bench_level(
 ) -> dict:
     """One concurrency level, its sessions spread over `processes` client processes; returns its report."""
     before = await asyncio.to_thread(engine_histograms, url)
+    opened_before = await asyncio.to_thread(sessions_by_process, url)
     level = await run_level(url, streams, frames, rate, speaker, processes)
     after = await asyncio.to_thread(engine_histograms, url)
-    return level_report(streams, frames, rate, level, engine_report(before, after))
+    opened_after = await asyncio.to_thread(sessions_by_process, url)
+    shares = process_shares(opened_before, opened_after)
+    return level_report(streams, frames, rate, level, engine_report(before, after), shares)
 
 
 def markdown(report: dict) -> str:

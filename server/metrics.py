@@ -28,6 +28,13 @@ class Metrics:
             registry=self.registry,
             multiprocess_mode="livesum",
         )
+        # By server process: how the kernel spread connections over the workers.
+        self.sessions_opened = Counter(
+            "voicewire_sessions_opened",
+            "WebSocket sessions opened, by server process id",
+            ["process"],
+            registry=self.registry,
+        )
         self.contexts = Gauge(
             "voicewire_contexts",
             "Contexts generating audio",

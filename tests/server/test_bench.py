@@ -25,6 +25,7 @@ REPORT_KEYS = {
     "session_end_s",
     "client_process_end_s",
     "client_processes",
+    "sessions_per_server_process",
     "engine",
 }
 
@@ -57,6 +58,7 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         ended = level["session_end_s"]
         assert 0 < ended["p50"] <= ended["max"] <= level["wall_s"] + 0.01
         assert level["client_process_end_s"] == [pytest.approx(ended["max"], abs=0.01)]
+        assert level["sessions_per_server_process"] == [level["streams"]]  # one server process
         assert set(level["underruns"]) == {
             "streams_with_underruns",
             "total",
@@ -85,6 +87,13 @@ def test_engine_report_takes_the_level_out_of_the_histograms() -> None:
     assert bench.engine_report({}, {}) == {}
     # A rank in the +Inf bucket is reported as the largest finite bound, as Prometheus does.
     assert bench._quantile({0.01: 1.0, inf: 4.0}, 0.95) == 0.01
+
+
+def test_process_shares_are_the_sessions_each_server_process_opened_in_the_level() -> None:
+    before = {"101": 3.0, "102": 1.0, "103": 5.0}
+    after = {"101": 7.0, "102": 1.0, "103": 5.0, "104": 2.0}  # 104 started during the level
+    assert bench.process_shares(before, after) == [4, 2]
+    assert bench.process_shares({}, {}) == []
 
 
 def test_the_automatic_client_processes(monkeypatch: pytest.MonkeyPatch) -> None:

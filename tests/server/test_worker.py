@@ -113,6 +113,14 @@ def _scrape(port: int) -> dict[str, float]:
     }
 
 
+def _opened_by_process(port: int) -> dict[str, float]:
+    """voicewire_sessions_opened_total by its `process` label."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        exposition = response.read().decode()
+    pattern = r'^voicewire_sessions_opened_total\{process="([0-9]+)"\} ([0-9.e+-]+)$'
+    return {pid: float(n) for pid, n in re.findall(pattern, exposition, flags=re.MULTILINE)}
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> None:
     process, port, children = _serve(tiny_checkpoints, tmp_path, workers=workers)
@@ -131,6 +139,10 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
             assert metrics["voicewire_engine_frames_total"] >= 6 * 6
             assert metrics["voicewire_engine_first_chunk_seconds_count"] >= 6
             assert metrics["voicewire_engine_step_seconds_count"] >= 6
+            # Each worker counts the sessions it took, under its own process id.
+            opened = _opened_by_process(port)
+            assert sum(opened.values()) == 6 and 1 <= len(opened) <= workers
+            assert set(opened) <= {str(pid) for pid in children} | {str(process.pid)}
         # The gauges, summed over the workers, come back to 0 once every session has closed (a
         # worker may still be closing its last one when the clients are done).
         deadline = time.monotonic() + 20
