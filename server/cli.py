@@ -87,7 +87,13 @@ def _serve(args: argparse.Namespace) -> int:
     from voicewire.engine.engine_process import EngineProcess
     from voicewire.server.app import create_app, uvicorn_options
     from voicewire.server.config import ServerConfig
-    from voicewire.server.worker import stop_this_process, worker_environment
+    from voicewire.server.worker import (
+        WORKER_APP,
+        can_balance_connections,
+        serve_workers,
+        stop_this_process,
+        worker_environment,
+    )
 
     overrides = {"model": args.model, "device": args.device, "dtype": args.dtype, "backend": args.backend}
     if args.config:
@@ -120,12 +126,10 @@ def _serve(args: argparse.Namespace) -> int:
                 uvicorn.run(create_app(engine, server_config, close_engine=True), **options)
             else:
                 os.environ.update(worker_environment(engine, server_config))
-                uvicorn.run(
-                    "voicewire.server.worker:create_worker_app",
-                    factory=True,
-                    workers=server_config.workers,
-                    **options,
-                )
+                if can_balance_connections():
+                    serve_workers(options, server_config.workers)
+                else:
+                    uvicorn.run(WORKER_APP, factory=True, workers=server_config.workers, **options)
         if engine.exited:  # it stopped because its engine did: say so to the supervisor
             log.error("the server stopped because its engine process exited")
             return 1

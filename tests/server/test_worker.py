@@ -2,6 +2,7 @@
 --workers 2` end to end (sessions on a shared engine, a clean stop that takes the engine along)."""
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -157,6 +158,62 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
             process.wait()
     _gone(children, 15)
     assert f"with {workers} worker(s)" in (tmp_path / "serve.log").read_text()
+
+
+def _worker_pids(process: subprocess.Popen, tmp_path: Path) -> list[int]:
+    """The server's worker processes: its spawned children other than the engine process."""
+    engine = int(re.search(r"engine process (\d+) ready", (tmp_path / "serve.log").read_text()).group(1))
+    children = [
+        int(pid)
+        for task in Path(f"/proc/{process.pid}/task").glob("*")
+        for pid in (task / "children").read_text().split()
+    ]
+    return [
+        pid
+        for pid in children
+        if pid != engine and b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+
+
+def test_a_busy_worker_does_not_take_every_waiting_connection(tiny_checkpoints, tmp_path: Path) -> None:
+    """Each worker listens on a socket of its own on the one port (SO_REUSEPORT), and the kernel
+    spreads connections over the sockets. 40 connections arrive while both workers are stopped;
+    one resumes a second before the other. On one shared socket it would accept all 40 (asyncio
+    and uvloop accept until the queue is empty); here it takes only its own share: fewer than 8
+    on either worker is a 1-in-40,000 event."""
+    process, port, children = _serve(tiny_checkpoints, tmp_path, workers=2)
+    workers = _worker_pids(process, tmp_path)
+    assert len(workers) == 2
+    try:
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+
+        async def burst() -> None:
+            opening = [asyncio.create_task(WireClient.open(f"ws://127.0.0.1:{port}")) for _ in range(40)]
+            await asyncio.sleep(1.0)  # the kernel completes the TCP handshakes into the listen queues
+            os.kill(workers[0], signal.SIGCONT)
+            await asyncio.sleep(1.0)
+            os.kill(workers[1], signal.SIGCONT)
+            clients = await asyncio.gather(*opening)
+            await asyncio.gather(*(client.close() for client in clients))
+
+        asyncio.run(burst())
+        deadline = time.monotonic() + 20
+        while sum((opened := _opened_by_process(port)).values()) < 40:
+            assert time.monotonic() < deadline, opened
+            time.sleep(0.2)
+        assert set(opened) == {str(pid) for pid in workers}
+        assert min(opened.values()) >= 8, opened
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    _gone(children, 15)
 
 
 def test_a_killed_server_leaves_no_process_behind(tiny_checkpoints, tmp_path: Path) -> None:
