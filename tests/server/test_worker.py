@@ -22,7 +22,7 @@ from voicewire.engine import EngineConfig
 from voicewire.engine.engine_process import EngineProcess
 from voicewire.server.app import BackgroundServer
 from voicewire.server.config import ServerConfig
-from voicewire.server.worker import create_worker_app, worker_environment
+from voicewire.server.worker import CRASH_LOOP_S, create_worker_app, worker_environment
 
 
 async def _speak(url: str, text: str) -> tuple[str, int]:
@@ -214,6 +214,34 @@ def test_a_busy_worker_does_not_take_every_waiting_connection(tiny_checkpoints, 
             process.kill()
             process.wait()
     _gone(children, 15)
+
+
+def test_a_crashed_worker_is_replaced(tiny_checkpoints, tmp_path: Path) -> None:
+    process, port, children = _serve(tiny_checkpoints, tmp_path, workers=2)
+    replacements: list[int] = []
+    try:
+        first = _worker_pids(process, tmp_path)
+        time.sleep(CRASH_LOOP_S)  # past the start-up window, where a crash stops the server instead
+        os.kill(first[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while len(now := _worker_pids(process, tmp_path)) != 2 or first[0] in now:
+            assert time.monotonic() < deadline and process.poll() is None, now
+            time.sleep(0.2)
+        replacements += set(now) - set(first)
+        url = f"ws://127.0.0.1:{port}"
+
+        async def sessions() -> list[tuple[str, int]]:
+            return await asyncio.gather(*(_speak(url, "Hi.") for _ in range(6)))
+
+        assert asyncio.run(sessions()) == [("max_frames", 6 * 1920 * 2)] * 6
+        assert f"server worker {first[0]} exited -9: starting another" in (tmp_path / "serve.log").read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    _gone([*children, *replacements], 15)
 
 
 def test_a_killed_server_leaves_no_process_behind(tiny_checkpoints, tmp_path: Path) -> None:
