@@ -127,24 +127,26 @@ def _http(url: str) -> str:
 
 
 def _scrape(url: str) -> str:
+    """The server's /metrics exposition now."""
     with urllib.request.urlopen(f"{_http(url)}/metrics", timeout=30) as response:
         return response.read().decode()
 
 
-def engine_histograms(url: str) -> dict[str, dict[float, float]]:
-    """The server's engine histograms now, as cumulative counts per upper bound (+inf included)."""
+def engine_histograms(exposition: str) -> dict[str, dict[float, float]]:
+    """The engine histograms of a /metrics exposition, as cumulative counts per upper bound (+inf
+    included)."""
     wanted = set(ENGINE_HISTOGRAMS.values())
     found: dict[str, dict[float, float]] = {}
-    for family in text_string_to_metric_families(_scrape(url)):
+    for family in text_string_to_metric_families(exposition):
         if family.name in wanted:
             buckets = {float(s.labels["le"]): s.value for s in family.samples if s.name.endswith("_bucket")}
             found[family.name] = buckets
     return found
 
 
-def sessions_by_process(url: str) -> dict[str, float]:
+def sessions_by_process(exposition: str) -> dict[str, float]:
     """Sessions each server process has opened so far, by process id (empty for older servers)."""
-    for family in text_string_to_metric_families(_scrape(url)):
+    for family in text_string_to_metric_families(exposition):
         if family.name == "voicewire_sessions_opened":
             return {s.labels["process"]: s.value for s in family.samples if s.name.endswith("_total")}
     return {}
@@ -409,13 +411,12 @@ async def bench_level(
     url: str, streams: int, frames: int, rate: float, speaker: str | None, processes: int = 1
 ) -> dict:
     """One concurrency level, its sessions spread over `processes` client processes; returns its report."""
-    before = await asyncio.to_thread(engine_histograms, url)
-    opened_before = await asyncio.to_thread(sessions_by_process, url)
+    before = await asyncio.to_thread(_scrape, url)
     level = await run_level(url, streams, frames, rate, speaker, processes)
-    after = await asyncio.to_thread(engine_histograms, url)
-    opened_after = await asyncio.to_thread(sessions_by_process, url)
-    shares = process_shares(opened_before, opened_after)
-    return level_report(streams, frames, rate, level, engine_report(before, after), shares)
+    after = await asyncio.to_thread(_scrape, url)
+    engine = engine_report(engine_histograms(before), engine_histograms(after))
+    shares = process_shares(sessions_by_process(before), sessions_by_process(after))
+    return level_report(streams, frames, rate, level, engine, shares)
 
 
 def markdown(report: dict) -> str:

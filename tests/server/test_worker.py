@@ -104,22 +104,23 @@ def _gone(pids: list[int], timeout: float) -> None:
     assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")], "processes outlived the server"
 
 
+def _exposition(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
 def _scrape(port: int) -> dict[str, float]:
     """The unlabelled samples of the server's /metrics, by name."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        exposition = response.read().decode()
     return {
         name: float(value)
-        for name, value in re.findall(r"^([a-z_]+) ([0-9.e+-]+)$", exposition, flags=re.MULTILINE)
+        for name, value in re.findall(r"^([a-z_]+) ([0-9.e+-]+)$", _exposition(port), flags=re.MULTILINE)
     }
 
 
 def _opened_by_process(port: int) -> dict[str, float]:
     """voicewire_sessions_opened_total by its `process` label."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        exposition = response.read().decode()
     pattern = r'^voicewire_sessions_opened_total\{process="([0-9]+)"\} ([0-9.e+-]+)$'
-    return {pid: float(n) for pid, n in re.findall(pattern, exposition, flags=re.MULTILINE)}
+    return {pid: float(n) for pid, n in re.findall(pattern, _exposition(port), flags=re.MULTILINE)}
 
 
 @pytest.mark.parametrize("workers", [1, 2])
