@@ -4,7 +4,8 @@
 # Usage: scripts/bench_gpu.sh SIZE LEVELS OUT_PREFIX   (e.g. 0.6b 1,8,64,256 results/0.6b)
 # Writes OUT_PREFIX.json, .md, .serve.log and .metrics.txt (the Prometheus metrics of every server and engine process after the run).
 # Settings from the environment: FRAMES (100), RATE (20 words/s), PORT (8000), PYTHON (python3),
-# WORKERS (server processes; default: the profile's server.workers).
+# WORKERS (server processes; default: the profile's server.workers), SESSIONS (sessions each stream
+# runs back to back; default 1).
 set -euo pipefail
 size=${1:?size: 0.6b or 1.7b}
 levels=${2:?levels, e.g. 1,8,64,256}
@@ -24,7 +25,7 @@ for _ in $(seq 900); do  # a fresh machine compiles the fused kernels first (min
   sleep 1
 done
 "$py" -m voicewire.server.cli bench --url "ws://127.0.0.1:$port" --streams "$levels" \
-  --frames "${FRAMES:-100}" --text-rate "${RATE:-20}" --out "$out.json" --markdown "$out.md" >/dev/null
+  --frames "${FRAMES:-100}" --text-rate "${RATE:-20}" --sessions-per-stream "${SESSIONS:-1}" --out "$out.json" --markdown "$out.md" >/dev/null
 # The server's own view (first audio measured at the server, per context) next to the client's.
 "$py" -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())" >"$out.metrics.txt"
 cat "$out.md"

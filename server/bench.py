@@ -9,6 +9,9 @@ text at an LLM-like pace (or all at once), Opus back; measured at the client:
 - cancel latency (cancel sent -> `cancelled`), on every fourth stream, after its first 0.4 s of audio;
 - aggregate audio seconds per wall second, and when sessions ended after the level's start (all
   of them, and the last of each client process), which shows a tail the medians hide;
+- with `sessions_per_stream` K > 1, each of the N streams runs K sessions back to back, so N stay
+  open at all times (a closed-loop load): the ramp at the level's start and the tail at its end
+  then weigh 1/K as much in the aggregate, as under a server's steady traffic;
 - and from the server's `/metrics` before and after the level, the engine's view of the same
   sessions (`engine`): first frame, first chunk, step and decoder-call times, and batch sizes; and
   how many of them each server process (worker) took.
@@ -52,6 +55,7 @@ TEXT = (
 
 @dataclass
 class _Run:
+    stream: int = 0  # the stream index (concurrency slot) that ran this session
     first_audio_s: float | None = None
     arrivals: list[tuple[float, float]] = field(default_factory=list)  # (time, audio seconds)
     done_s: float | None = None
@@ -62,7 +66,7 @@ class _Run:
 
 @dataclass
 class LevelRuns:
-    """What a level's sessions measured: one run per stream index, in index order."""
+    """What a level's sessions measured: one run per session, by stream index, then in order."""
 
     runs: list[_Run]
     wall_s: float  # from the common start to the last session's end
@@ -202,14 +206,16 @@ def first_speaker(url: str) -> str | None:
     return voices[0]["id"] if voices else None
 
 
-async def _session(url: str, index: int, frames: int, rate: float, cancel: bool, speaker: str | None) -> _Run:
-    run = _Run()
+async def _session(
+    url: str, index: int, seed: int, frames: int, rate: float, cancel: bool, speaker: str | None
+) -> _Run:
+    run = _Run(stream=index)
     async with connect(f"{url}/v1/stream", subprotocols=["voicewire.v1.msgpack"], max_size=2**22) as ws:
         start = {
             "type": "start",
             "voice": {"speaker": speaker} if speaker else {},
             "format": {"encoding": "opus", "sample_rate": 48000},
-            "sampling": {"seed": index},
+            "sampling": {"seed": seed},
             "max_frames": frames,
             "suppress_eos": True,
         }
@@ -256,17 +262,32 @@ async def _session(url: str, index: int, frames: int, rate: float, cancel: bool,
     return run
 
 
-async def _sessions(
-    url: str, indices: list[int], frames: int, rate: float, speaker: str | None
+async def _stream(
+    url: str, index: int, frames: int, rate: float, speaker: str | None, sessions: int
 ) -> list[_Run]:
-    # Every fourth stream index overall is cancelled, whichever process runs it.
-    return await asyncio.gather(
-        *(_session(url, i, frames, rate, cancel=i % 4 == 3, speaker=speaker) for i in indices)
-    )
+    """One stream index's sessions, back to back. Every fourth stream index overall is cancelled,
+    whichever process runs it."""
+    return [
+        await _session(url, index, index * sessions + k, frames, rate, index % 4 == 3, speaker)
+        for k in range(sessions)
+    ]
+
+
+async def _sessions(
+    url: str, indices: list[int], frames: int, rate: float, speaker: str | None, sessions: int
+) -> list[_Run]:
+    streams = await asyncio.gather(*(_stream(url, i, frames, rate, speaker, sessions) for i in indices))
+    return [run for runs in streams for run in runs]
 
 
 def _client_process(
-    pipe: Connection, url: str, indices: list[int], frames: int, rate: float, speaker: str | None
+    pipe: Connection,
+    url: str,
+    indices: list[int],
+    frames: int,
+    rate: float,
+    speaker: str | None,
+    sessions: int,
 ) -> None:
     """A spawned client: says it is ready, waits for the common start time, runs its sessions and
     sends back ("done", (runs, end time)) or ("error", traceback)."""
@@ -274,7 +295,7 @@ def _client_process(
         pipe.send(("ready", None))
         start_at = pipe.recv()
         time.sleep(max(0.0, start_at - time.time()))
-        runs = asyncio.run(_sessions(url, indices, frames, rate, speaker))
+        runs = asyncio.run(_sessions(url, indices, frames, rate, speaker, sessions))
         pipe.send(("done", (runs, time.time())))
     except BaseException:
         pipe.send(("error", traceback.format_exc()))
@@ -310,7 +331,7 @@ def _receive_all(pipes: list[Connection], expected: str, timeout: float | None) 
 
 
 def _run_in_processes(
-    url: str, streams: int, frames: int, rate: float, speaker: str | None, processes: int
+    url: str, streams: int, frames: int, rate: float, speaker: str | None, processes: int, sessions: int
 ) -> LevelRuns:
     context = multiprocessing.get_context("spawn")  # fork would copy the parent's threads (a local server)
     shares = [list(range(worker, streams, processes)) for worker in range(processes)]  # round-robin
@@ -321,7 +342,7 @@ def _run_in_processes(
             pipe, child = context.Pipe()
             process = context.Process(
                 target=_client_process,
-                args=(child, url, share, frames, rate, speaker),
+                args=(child, url, share, frames, rate, speaker, sessions),
                 name=f"voicewire-bench-client-{worker}",
                 daemon=True,
             )
@@ -342,27 +363,33 @@ def _run_in_processes(
             process.join()
         for pipe in pipes:
             pipe.close()
-    by_index = {
-        index: run
-        for share, (share_runs, _) in zip(shares, results, strict=True)
-        for index, run in zip(share, share_runs, strict=True)
-    }
-    runs = [by_index[index] for index in range(streams)]
+    runs = sorted((run for share_runs, _ in results for run in share_runs), key=lambda run: run.stream)
     return LevelRuns(runs, max(end for _, end in results) - start_at, processes, start_at)
 
 
 async def run_level(
-    url: str, streams: int, frames: int, rate: float, speaker: str | None, processes: int = 1
+    url: str,
+    streams: int,
+    frames: int,
+    rate: float,
+    speaker: str | None,
+    processes: int = 1,
+    sessions_per_stream: int = 1,
 ) -> LevelRuns:
-    """One concurrency level's sessions: in this event loop when `processes` is 1, otherwise spread
-    round-robin over that many spawned client processes (at most one per stream)."""
+    """One concurrency level's sessions (`sessions_per_stream` back to back on each of `streams`):
+    in this event loop when `processes` is 1, otherwise spread round-robin by stream index over that
+    many spawned client processes (at most one per stream)."""
+    if sessions_per_stream < 1:
+        raise ValueError("sessions per stream must be at least 1")
     processes = max(1, min(processes, streams))
     if processes == 1:
         began, started_at = time.perf_counter(), time.time()
-        runs = await _sessions(url, list(range(streams)), frames, rate, speaker)
+        runs = await _sessions(url, list(range(streams)), frames, rate, speaker, sessions_per_stream)
         return LevelRuns(runs, time.perf_counter() - began, 1, started_at)
     log.info("%d streams over %d client processes", streams, processes)
-    return await asyncio.to_thread(_run_in_processes, url, streams, frames, rate, speaker, processes)
+    return await asyncio.to_thread(
+        _run_in_processes, url, streams, frames, rate, speaker, processes, sessions_per_stream
+    )
 
 
 def level_report(
@@ -376,12 +403,13 @@ def level_report(
     """The JSON report of one level's runs, with the engine's view (`engine_report`) and the
     sessions each server process took (`process_shares`) if given."""
     runs, wall = level.runs, level.wall_s
-    full = [r for i, r in enumerate(runs) if i % 4 != 3]  # streams that ran to the end
+    full = [r for r in runs if r.stream % 4 != 3]  # sessions that ran to the end
     underruns = [simulated_underruns(r.arrivals) for r in full]
     ends = [None if r.ended_at is None else r.ended_at - level.started_at for r in runs]
     processes = level.client_processes
     return {
         "streams": streams,
+        "sessions_per_stream": len(runs) // max(streams, 1),
         "frames_per_stream": frames,
         "text_rate_words_per_s": rate,
         "first_audio_ms": _percentiles([r.first_audio_s * 1000 for r in runs if r.first_audio_s is not None]),
@@ -396,9 +424,19 @@ def level_report(
         "aggregate_audio_s_per_s": round(sum(r.audio_s for r in runs) / wall, 3),
         "wall_s": round(wall, 3),
         "session_end_s": _percentiles([end for end in ends if end is not None]),
-        # Sessions go round-robin: process k ran stream indices k, k + P, ...
+        # Streams go round-robin: process k ran stream indices k, k + P, ...
         "client_process_end_s": [
-            round(max((end for end in ends[k::processes] if end is not None), default=0.0), 3)
+            round(
+                max(
+                    (
+                        end
+                        for r, end in zip(runs, ends, strict=True)
+                        if end is not None and r.stream % processes == k
+                    ),
+                    default=0.0,
+                ),
+                3,
+            )
             for k in range(processes)
         ],
         "client_processes": processes,
@@ -408,11 +446,17 @@ def level_report(
 
 
 async def bench_level(
-    url: str, streams: int, frames: int, rate: float, speaker: str | None, processes: int = 1
+    url: str,
+    streams: int,
+    frames: int,
+    rate: float,
+    speaker: str | None,
+    processes: int = 1,
+    sessions_per_stream: int = 1,
 ) -> dict:
     """One concurrency level, its sessions spread over `processes` client processes; returns its report."""
     before = await asyncio.to_thread(_scrape, url)
-    level = await run_level(url, streams, frames, rate, speaker, processes)
+    level = await run_level(url, streams, frames, rate, speaker, processes, sessions_per_stream)
     after = await asyncio.to_thread(_scrape, url)
     engine = engine_report(engine_histograms(before), engine_histograms(after))
     shares = process_shares(sessions_by_process(before), sessions_by_process(after))
@@ -423,7 +467,8 @@ def markdown(report: dict) -> str:
     """The sweep as a Markdown table."""
     lines = [
         f"Device: {report['device']}; model: {report['model']}; text rate: {report['text_rate_words_per_s']} words/s; "
-        f"{report['frames_per_stream']} frames per stream.",
+        f"{report['frames_per_stream']} frames per session, {report.get('sessions_per_stream', 1)} session(s) "
+        "per stream, back to back.",
         "",
         "| streams | first audio p50 / p95 / p99 (ms) | speed × real time p50 / p5 | underruns (streams, gap s) "
         "| cancel p50 (ms) | audio-s/s | sessions ended p50 / max (s) |",

@@ -233,6 +233,8 @@ def _bench(args: argparse.Namespace) -> int:
     levels = [int(n) for n in args.streams.split(",")]
     if args.client_processes is not None and args.client_processes < 1:
         raise ValueError("--client-processes must be at least 1")
+    if args.sessions_per_stream < 1:
+        raise ValueError("--sessions-per-stream must be at least 1")
     server = engine = None
     url = args.url
     if url is None:  # serve in this process, on loopback
@@ -252,7 +254,13 @@ def _bench(args: argparse.Namespace) -> int:
         results = []
         for n in levels:
             processes = args.client_processes or default_client_processes(n)
-            results.append(asyncio.run(bench_level(url, n, args.frames, args.text_rate, speaker, processes)))
+            results.append(
+                asyncio.run(
+                    bench_level(
+                        url, n, args.frames, args.text_rate, speaker, processes, args.sessions_per_stream
+                    )
+                )
+            )
         device = "remote"
         if engine is not None:
             device = str(engine.model.device)
@@ -264,6 +272,7 @@ def _bench(args: argparse.Namespace) -> int:
             "model": str(engine.model.folder) if engine is not None else "remote",
             "frames_per_stream": args.frames,
             "text_rate_words_per_s": args.text_rate,
+            "sessions_per_stream": args.sessions_per_stream,
             "levels": results,
         }
         if engine is not None and engine.model.device.type == "cuda":
@@ -462,6 +471,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="client processes per level, its streams spread round-robin over them, so that one Python "
         "process does not limit the measurement (default, per level: one per 64 streams, at most a "
         "quarter of the CPUs, so 1 for small levels; never more than the level's streams)",
+    )
+    service.add_argument(
+        "--sessions-per-stream",
+        type=int,
+        default=1,
+        metavar="K",
+        help="sessions each stream runs back to back (default 1): with K > 1 the level keeps N sessions "
+        "open at all times, as steady traffic does, and its start-up ramp and tail weigh 1/K as much",
     )
     service.add_argument("--markdown", type=Path, help="write the Markdown table here")
     service.add_argument("--plot", type=Path, help="write a PNG of latency and throughput (needs matplotlib)")

@@ -14,6 +14,7 @@ from voicewire.server.cli import main
 
 REPORT_KEYS = {
     "streams",
+    "sessions_per_stream",
     "frames_per_stream",
     "text_rate_words_per_s",
     "first_audio_ms",
@@ -46,8 +47,9 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
     report = json.loads(capsys.readouterr().out)
     assert report == json.loads(out.read_text())
     assert report["device"] == "cpu" and [level["streams"] for level in report["levels"]] == [1, 4]
+    assert report["sessions_per_stream"] == 1
     for level in report["levels"]:
-        assert set(level) == REPORT_KEYS
+        assert set(level) == REPORT_KEYS and level["sessions_per_stream"] == 1
         assert level["client_processes"] == 1  # the automatic choice for small levels: in process
         assert set(level["first_audio_ms"]) == {"p50", "p95", "p99", "max"}
         assert level["first_audio_ms"]["p50"] > 0 and level["aggregate_audio_s_per_s"] > 0
@@ -105,20 +107,45 @@ def test_the_automatic_client_processes(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_a_level_spread_over_client_processes(server: RunningServer) -> None:
     streams, frames, rate = 6, 16, 12.0  # text-paced: the cancel comes long before the 16th frame
-    level = asyncio.run(run_level(server.url, streams, frames, rate, first_speaker(server.url), processes=2))
-    assert level.client_processes == 2 and len(level.runs) == streams
+    level = asyncio.run(
+        run_level(
+            server.url, streams, frames, rate, first_speaker(server.url), processes=2, sessions_per_stream=2
+        )
+    )
+    # Two sessions per stream, back to back, each stream's in order.
+    assert level.client_processes == 2 and [run.stream for run in level.runs] == [
+        0,
+        0,
+        1,
+        1,
+        2,
+        2,
+        3,
+        3,
+        4,
+        4,
+        5,
+        5,
+    ]
     assert all(run.first_audio_s is not None and run.done_s is not None for run in level.runs)
+    for first, second in zip(level.runs[::2], level.runs[1::2], strict=True):
+        assert (
+            first.ended_at < second.ended_at - second.done_s + 0.01
+        )  # the second began after the first ended
     # Round-robin over two processes still cancels every fourth stream index, and only those.
-    assert [i for i, run in enumerate(level.runs) if run.cancel_s is not None] == [3]
-    for i, run in enumerate(level.runs):
+    assert [i for i, run in enumerate(level.runs) if run.cancel_s is not None] == [6, 7]
+    for run in level.runs:
         assert run.audio_s == pytest.approx(sum(seconds for _, seconds in run.arrivals))
-        if i % 4 != 3:
+        if run.stream % 4 != 3:
             assert run.audio_s == pytest.approx(frames * 0.08, abs=0.01)
-    # The wall clock runs from the common start: it covers every session, which overlapped.
-    assert max(run.done_s for run in level.runs) <= level.wall_s < sum(run.done_s for run in level.runs)
+    # The wall clock runs from the common start: it covers every session; the streams overlapped.
+    longest = max(a.done_s + b.done_s for a, b in zip(level.runs[::2], level.runs[1::2], strict=True))
+    assert longest <= level.wall_s < sum(run.done_s for run in level.runs)
 
     report = level_report(streams, frames, rate, level)
-    assert set(report) == REPORT_KEYS and report["client_processes"] == 2
+    assert (
+        set(report) == REPORT_KEYS and report["client_processes"] == 2 and report["sessions_per_stream"] == 2
+    )
     # Each process's last session end, measured on the clock both processes share.
     process_ends = report["client_process_end_s"]
     assert len(process_ends) == 2 and 0 < min(process_ends)
