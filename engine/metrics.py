@@ -11,6 +11,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 SECONDS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
+GAP_SECONDS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1)
 STREAMS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
@@ -23,6 +24,12 @@ class EngineMetrics:
             SECONDS,
         )
         self.step_streams = self._histogram("step_streams", "Streams per batched frame", STREAMS)
+        self.step_gap = self._histogram(
+            "step_gap_seconds",
+            "Host time from one step's codes on the host to the next step's launch, when streams step "
+            "in both rounds (bookkeeping, admissions, prefills): the talker waits for it",
+            GAP_SECONDS,
+        )
         self.prefill = self._histogram(
             "prefill_launch_seconds",
             "Host time to embed a round's new prompts and queue their prefills (the GPU work ends "

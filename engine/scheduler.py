@@ -134,6 +134,7 @@ class Scheduler:
         self._lock = threading.Lock()
         self._reserved = 0
         self._progress = False
+        self._last_step_end: float | None = None  # when the last round's step came back, if it stepped
 
     # --- any thread ----------------------------------------------------------------------------
 
@@ -192,6 +193,8 @@ class Scheduler:
                 self.sink.drain(live.stream)
         if ready:
             self._step(ready)
+        else:
+            self._last_step_end = None
         return self._progress or bool(incoming) or bool(prompts)
 
     def _admit(self, live: _Live) -> None:
@@ -346,6 +349,8 @@ class Scheduler:
             fed.append(TrackEntry(next_id[0], tokens))
             live.prefilled_tokens = []
         started = time.monotonic()
+        if self._last_step_end is not None:
+            self.metrics.step_gap.observe(started - self._last_step_end)
         try:
             out = self.stepper.step(n, active, ids).cpu().numpy()  # the one host sync per step
             frame, code0, finite = out[:, :-2], out[:, -2].tolist(), out[:, -1].tolist()
@@ -354,7 +359,7 @@ class Scheduler:
             for live in ready:
                 self._fail(live, exc)
             return
-        done = time.monotonic()
+        done = self._last_step_end = time.monotonic()
         self.metrics.step.observe(done - started)
         self.metrics.step_streams.observe(len(ready))
         self.steps += 1

@@ -120,9 +120,13 @@ ENGINE_HISTOGRAMS = {
     "decode_ms": "voicewire_engine_decode_seconds",
     "prefill_launch_ms": "voicewire_engine_prefill_launch_seconds",
     "step_streams": "voicewire_engine_step_streams",
+    "step_gap_ms": "voicewire_engine_step_gap_seconds",
     "decode_streams": "voicewire_engine_decode_streams",
     "prefill_streams": "voicewire_engine_prefill_streams",
 }
+
+
+SUM = -1.0  # the key of a histogram's sum among its bucket bounds (which are all positive)
 
 
 def _http(url: str) -> str:
@@ -138,13 +142,16 @@ def _scrape(url: str) -> str:
 
 def engine_histograms(exposition: str) -> dict[str, dict[float, float]]:
     """The engine histograms of a /metrics exposition, as cumulative counts per upper bound (+inf
-    included)."""
+    included), with the sum of the observed values under the key `SUM`."""
     wanted = set(ENGINE_HISTOGRAMS.values())
     found: dict[str, dict[float, float]] = {}
     for family in text_string_to_metric_families(exposition):
         if family.name in wanted:
-            buckets = {float(s.labels["le"]): s.value for s in family.samples if s.name.endswith("_bucket")}
-            found[family.name] = buckets
+            found[family.name] = {
+                float(s.labels["le"]) if s.name.endswith("_bucket") else SUM: s.value
+                for s in family.samples
+                if s.name.endswith(("_bucket", "_sum"))
+            }
     return found
 
 
@@ -181,18 +188,20 @@ def _quantile(buckets: dict[float, float], q: float) -> float | None:
 
 
 def engine_report(before: dict, after: dict) -> dict:
-    """What the engine did between two `engine_histograms`: per histogram its count and estimated
-    p50/p95 (from the buckets, so within a bucket's width). Empty for a server without them."""
+    """What the engine did between two `engine_histograms`: per histogram its count, total and
+    estimated p50/p95 (from the buckets, so within a bucket's width). Empty for a server without them."""
     report = {}
     for key, name in ENGINE_HISTOGRAMS.items():
         if name not in after:
             continue
         then = before.get(name, {})
         delta = {bound: count - then.get(bound, 0.0) for bound, count in after[name].items()}
+        total = delta.pop(SUM, 0.0)
         scale = 1000.0 if key.endswith("_ms") else 1.0
         p50, p95 = _quantile(delta, 0.5), _quantile(delta, 0.95)
         report[key] = {
             "count": int(delta.get(math.inf, 0.0)),
+            "total": round(total * scale, 2),
             "p50": None if p50 is None else round(p50 * scale, 2),
             "p95": None if p95 is None else round(p95 * scale, 2),
         }
