@@ -174,7 +174,6 @@ class FrameStepper:
         # Static step buffers: inputs [S, 2] (active, text id), outputs [S, 18] (16 codes, next code 0, finite).
         self.inputs = torch.zeros(slots, 2, dtype=torch.long, device=device)
         self.outputs = torch.zeros(slots, cfg.num_code_groups + 2, dtype=torch.long, device=device)
-        self._host_inputs = torch.zeros(slots, 2, dtype=torch.long, pin_memory=device.type == "cuda")
         self._slot_index = torch.arange(slots, device=device)
         self.buckets = sorted({min(b, slots) for b in BUCKETS}) if graphs or pad else None
         self.spans = sorted({max(1, kv_length // d) for d in SPAN_DIVISORS}) if graphs or pad else None
@@ -209,6 +208,11 @@ class FrameStepper:
         self.seed[slot] = resolve_seed(seed)
         self.rounds[slot] = 0
         self.draws[slot] = options.draw
+
+    def take_back(self, slot: int) -> None:
+        """`slot`'s last step is discarded (it ran past EOS): return its noise round, so the next
+        sequence draws as if that step never ran. The rest of its effects the next prefill resets."""
+        self.rounds[slot] -= 1
 
     def release(self, slot: int) -> None:
         """`slot` holds no sequence any more: its position no longer widens the attention span."""
@@ -304,11 +308,14 @@ class FrameStepper:
         Returns [n, 18] on the device: the frame's 16 codes, the next code 0, and whether the
         row's logits were finite; inactive rows are garbage."""
         b = n if self.buckets is None else next(b for b in self.buckets if b >= n)
-        host = self._host_inputs
-        host[:b] = 0
+        host = torch.zeros(b, 2, dtype=torch.long)
         host[:n, 0] = torch.tensor(active, dtype=torch.long)
         host[:n, 1] = torch.tensor(text_ids, dtype=torch.long)
-        self.inputs[:b].copy_(host[:b], non_blocking=True)
+        if self.device.type == "cuda":
+            # A fresh pinned block per step: the caching host allocator keeps it until the copy has
+            # run, and with pipelined steps the host writes step k+1's inputs before that.
+            host = host.pin_memory()
+        self.inputs[:b].copy_(host, non_blocking=True)
         draw = max((d for a, d in zip(active, self.draws, strict=False) if a), default=Draw.GREEDY)
         if self._graphs is None:
             self._compute(b, draw, self.attention_span(b, draw))

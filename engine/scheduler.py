@@ -1,8 +1,12 @@
 """The scheduler: the talker side of the async_chunk pipeline.
 
 Each `step()` takes in new streams and their text, starts talker sequences that have enough text
-(one batched prefill of a few per step, so live streams never stall), then runs one batched frame for every
-stream whose text track can feed it, and hands the frames to a `FrameSink` (the decoder stage).
+(one batched prefill of a few per step, so live streams never stall), then launches one batched frame for
+every stream whose text track can feed it, and hands the previous step's frames to a `FrameSink` (the
+decoder stage). Steps are pipelined: step k+1 is queued on the GPU before the host reads step k, so
+the GPU does not wait for the host's bookkeeping. A stream that ends its sequence with EOS at step k
+is already in step k+1: that frame is taken back (its text returns to the segment, its noise round
+to the slot) and dropped.
 A stream that has run out of text before a flush or the end is simply left out of the batch: it
 waits, keeping its slot and KV, and no tts_pad is fed. Streams that finish, fail or are cancelled
 free their slot in the same step.
@@ -79,6 +83,7 @@ class _Live:
     ended: bool = False
     released: bool = False
     starved: bool = False  # waiting for text, and the decoder was told to send what it holds
+    in_flight: int = 0  # frames of this stream in launched steps not read yet
 
 
 @dataclass(eq=False)
@@ -90,6 +95,17 @@ class _Prompt:
     rows: Rows
     start: int
     held: int  # text tokens of the segment inside the prompt
+
+
+@dataclass
+class _Launched:
+    """A step on its way: who it stepped (stream, segment, what it was fed) and its outputs, copied
+    to host memory once `done` (None off CUDA, where the copy has already happened)."""
+
+    rows: list[tuple[_Live, Segment, TrackEntry]]
+    out: Tensor  # [n, 18]: 16 codes, next code 0, finite
+    done: torch.cuda.Event | None
+    at: float  # time.monotonic() at launch
 
 
 @dataclass(frozen=True)
@@ -134,7 +150,8 @@ class Scheduler:
         self._lock = threading.Lock()
         self._reserved = 0
         self._progress = False
-        self._last_step_end: float | None = None  # when the last round's step came back, if it stepped
+        self._launched: _Launched | None = None
+        self._last_collect: float | None = None  # when the last step's outputs reached the host
 
     # --- any thread ----------------------------------------------------------------------------
 
@@ -185,17 +202,18 @@ class Scheduler:
         if prompts:
             self._start(prompts)
         ready = [live for live in self._live if self._ready(live)]
-        stepping = {live.slot for live in ready}
+        launched = self._launch(ready) if ready else None
+        if self._launched is not None:
+            self._collect(self._launched)
+        self._launched = launched
         for live in self._live:
-            if not live.starved and live.slot not in stepping and self._waiting_for_text(live):
+            if not live.starved and not live.in_flight and self._waiting_for_text(live):
                 # Frames held back for a bigger chunk would wait for the text too: let them out.
                 live.starved = True
                 self.sink.drain(live.stream)
-        if ready:
-            self._step(ready)
-        else:
-            self._last_step_end = None
-        return self._progress or bool(incoming) or bool(prompts)
+        if launched is None:
+            self._last_collect = None
+        return self._progress or bool(incoming) or bool(prompts) or launched is not None
 
     def _admit(self, live: _Live) -> None:
         self._live.append(live)
@@ -320,6 +338,10 @@ class Scheduler:
         segment = live.segments.head
         if live.released or segment is None or segment.start < 0:
             return False
+        if segment.frames >= live.frame_cap:
+            return False  # its last frame is in flight: the sequence ends there
+        if live.max_frames is not None and live.frames + live.in_flight >= live.max_frames:
+            return False
         if segment.next_id(self.parts.text_ids.tts_pad) is None:
             return False  # waiting for text
         return self.max_ahead_samples is None or live.stream.unread_samples < self.max_ahead_samples
@@ -332,11 +354,12 @@ class Scheduler:
             and segment.next_id(self.parts.text_ids.tts_pad) is None
         )
 
-    def _step(self, ready: list[_Live]) -> None:
+    def _launch(self, ready: list[_Live]) -> _Launched | None:
+        """Queue one frame for the ready streams; `segment.frames` counts the frames fed."""
         n = max(live.slot for live in ready) + 1
         active = [False] * n
         ids = [self.parts.text_ids.tts_pad] * n
-        fed: list[TrackEntry] = []
+        rows: list[tuple[_Live, Segment, TrackEntry]] = []
         for live in ready:
             segment = live.segments.head
             assert segment is not None
@@ -346,26 +369,53 @@ class Scheduler:
             live.starved = False
             ids[live.slot] = next_id[0]
             tokens = (*live.prefilled_tokens, *([next_id[1]] if next_id[1] is not None else []))
-            fed.append(TrackEntry(next_id[0], tokens))
+            rows.append((live, segment, TrackEntry(next_id[0], tokens)))
             live.prefilled_tokens = []
         started = time.monotonic()
-        if self._last_step_end is not None:
-            self.metrics.step_gap.observe(started - self._last_step_end)
+        if self._last_collect is not None:
+            self.metrics.step_gap.observe(started - self._last_collect)
         try:
-            out = self.stepper.step(n, active, ids).cpu().numpy()  # the one host sync per step
-            frame, code0, finite = out[:, :-2], out[:, -2].tolist(), out[:, -1].tolist()
+            out = self.stepper.step(n, active, ids)
+            host = torch.empty(out.shape, dtype=out.dtype, pin_memory=out.is_cuda)
+            host.copy_(out, non_blocking=True)
+            done = None
+            if out.is_cuda:
+                done = torch.cuda.Event()
+                done.record()
         except Exception as exc:
             log.exception("batched step failed for %d streams", len(ready))
             for live in ready:
                 self._fail(live, exc)
+            return None
+        for live, segment, _ in rows:
+            segment.frames += 1
+            live.in_flight += 1
+        return _Launched(rows, host, done, started)
+
+    def _collect(self, launched: _Launched) -> None:
+        """Read a launched step and hand its frames on; streams whose sequence ended at EOS in the
+        step before have their frame in this one taken back."""
+        try:
+            if launched.done is not None:
+                launched.done.synchronize()  # the one wait for the GPU per step
+            out = launched.out.numpy()
+        except Exception as exc:
+            log.exception("batched step failed for %d streams", len(launched.rows))
+            for live, _, _ in launched.rows:
+                live.in_flight -= 1
+                self._fail(live, exc)
             return
-        done = self._last_step_end = time.monotonic()
-        self.metrics.step.observe(done - started)
-        self.metrics.step_streams.observe(len(ready))
+        done = self._last_collect = time.monotonic()
+        self.metrics.step.observe(done - launched.at)
+        self.metrics.step_streams.observe(len(launched.rows))
+        frame, code0, finite = out[:, :-2], out[:, -2].tolist(), out[:, -1].tolist()
         self.steps += 1
         self._progress = True
         ok, ok_fed = [], []
-        for live, entry in zip(ready, fed, strict=True):
+        for live, segment, entry in launched.rows:
+            live.in_flight -= 1
+            if live.released or segment is not live.segments.head:
+                continue  # cancelled, failed, or past its sequence's EOS (taken back already)
             if finite[live.slot]:
                 ok.append(live)
                 ok_fed.append(entry)
@@ -384,17 +434,16 @@ class Scheduler:
         for live in ok:
             segment = live.segments.head
             assert segment is not None
-            segment.frames += 1
             live.frames += 1
+            read = segment.frames - live.in_flight  # the segment's frames read so far
             if live.max_frames is not None and live.frames >= live.max_frames:
                 self._release(live, "max_frames")
-            elif code0[live.slot] == eos or segment.frames >= live.frame_cap:
-                if segment.frames >= live.frame_cap and not live.options.suppress_eos:
-                    log.warning(
-                        "stream %d: a segment reached the KV bound (%d frames)",
-                        live.stream.id,
-                        segment.frames,
-                    )
+            elif code0[live.slot] == eos or read >= live.frame_cap:
+                if code0[live.slot] != eos and not live.options.suppress_eos:
+                    log.warning("stream %d: a segment reached the KV bound (%d frames)", live.stream.id, read)
+                if live.in_flight:  # the next step fed it once more: take that frame back
+                    segment.frames -= 1
+                    self.stepper.take_back(live.slot)
                 self._end_segment(live)
 
     def _end_segment(self, live: _Live) -> None:

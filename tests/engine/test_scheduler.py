@@ -21,10 +21,12 @@ class Recorder:
         self.codes: dict[int, list[torch.Tensor]] = {}
         self.fed: dict[int, list[TrackEntry]] = {}
         self.segment_ends: dict[int, list[bool]] = {}
+        self.ends_at: dict[int, list[int]] = {}  # frames received at each segment end
         self.closed: dict[int, tuple] = {}
 
     def open(self, stream: Stream, warmup) -> None:
         self.codes[stream.id], self.fed[stream.id], self.segment_ends[stream.id] = [], [], []
+        self.ends_at[stream.id] = []
 
     def frames(self, streams, codes, fed) -> None:
         for stream, row, entry in zip(streams, codes, fed, strict=True):
@@ -33,6 +35,7 @@ class Recorder:
 
     def segment_end(self, stream: Stream, flushed: bool) -> None:
         self.segment_ends[stream.id].append(flushed)
+        self.ends_at[stream.id].append(len(self.codes[stream.id]))
 
     def drain(self, stream: Stream) -> None:
         pass
@@ -164,3 +167,39 @@ def test_a_slot_at_the_kv_bound_can_sit_beside_stepping_streams(model: Qwen3TTS)
     assert recorder.closed[second.id] == ("max_frames", None) and len(recorder.codes[second.id]) == 30
     first.end()
     _run(scheduler, recorder, [first])
+
+
+def test_a_frame_launched_past_eos_is_taken_back(model: Qwen3TTS, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step k+1 is launched before step k is read, so a sequence that ends with EOS at k has one
+    more frame in flight. It is dropped, its text stays for the next sequence, and its noise round
+    is returned: the slot's draw counter equals the frames kept plus one per prefill."""
+    scheduler, recorder = _scheduler(model, max_streams=1, kv_length=96, segments=SegmentPolicy(None, None))
+    stream = Stream(
+        next(_ids), model.voice(speaker="vivian"), StreamOptions(seed=7), model.tokenizer, lambda: None
+    )
+    sampled = GenerationOptions.from_generation_config(model.generation_config, suppress_eos=True)
+    scheduler.submit(stream, sampled, lookahead=1)
+    text = "one two three four five six seven eight nine ten"
+    stream.push_text(text)
+    stream.end()
+    eos, launches = model.talker.cfg.codec_eos_id, itertools.count(1)
+    step = scheduler.stepper.step
+
+    def step_with_eos(n, active, ids):
+        out = step(n, active, ids)
+        if next(launches) == 5:  # the fifth frame's code 0 says EOS; the sixth is already queued
+            out[0, -2] = eos
+        return out
+
+    monkeypatch.setattr(scheduler.stepper, "step", step_with_eos)
+    prefills = []
+    prefill = scheduler.stepper.prefill
+    monkeypatch.setattr(scheduler.stepper, "prefill", lambda prompts: prefills.append(1) or prefill(prompts))
+    _run(scheduler, recorder, [stream])
+
+    kept = len(recorder.codes[stream.id])
+    assert recorder.ends_at[stream.id] == [5, kept] and len(prefills) == 2  # the EOS frame is the last
+    spoken = [t.id for entry in recorder.fed[stream.id] for t in entry.tokens]
+    assert spoken == model.tokenizer.encode(text)  # every token entered once, in order
+    assert int(scheduler.stepper.rounds[0]) == kept + len(prefills)
+    assert scheduler.steps == kept + 1  # the step whose only frame was dropped still counts
