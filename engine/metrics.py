@@ -20,14 +20,16 @@ class EngineMetrics:
         self.registry = CollectorRegistry()
         self.step = self._histogram(
             "step_seconds",
-            "One batched frame for every ready stream, until its codes are on the host",
+            "One batched frame for every ready stream, from its launch until the host reads its codes "
+            "(steps are pipelined: this includes the host's work on the step before)",
             SECONDS,
         )
         self.step_streams = self._histogram("step_streams", "Streams per batched frame", STREAMS)
         self.step_gap = self._histogram(
             "step_gap_seconds",
-            "Host time from one step's codes on the host to the next step's launch, when streams step "
-            "in both rounds (bookkeeping, admissions, prefills): the talker waits for it",
+            "Host time from reading one step's codes to the next launch, when streams step in both "
+            "rounds (bookkeeping, admissions, prefills); the GPU idles only for what exceeds the step "
+            "already queued",
             GAP_SECONDS,
         )
         self.prefill = self._histogram(
