@@ -53,6 +53,22 @@ TEXT = (
 )
 
 
+@dataclass(frozen=True)
+class Load:
+    """What every session of a level does: the server it talks to, its forced frame count, its text
+    pace (words/s, 0 = all at once), the speaker, and how many sessions each stream runs back to back."""
+
+    url: str
+    frames: int
+    rate: float
+    speaker: str | None
+    sessions_per_stream: int = 1
+
+    def __post_init__(self) -> None:
+        if self.sessions_per_stream < 1:
+            raise ValueError(f"sessions_per_stream must be at least 1, not {self.sessions_per_stream}")
+
+
 @dataclass
 class _Run:
     stream: int = 0  # the stream index (concurrency slot) that ran this session
@@ -215,11 +231,10 @@ def first_speaker(url: str) -> str | None:
     return voices[0]["id"] if voices else None
 
 
-async def _session(
-    url: str, index: int, seed: int, frames: int, rate: float, cancel: bool, speaker: str | None
-) -> _Run:
+async def _session(load: Load, index: int, seed: int, cancel: bool) -> _Run:
     run = _Run(stream=index)
-    async with connect(f"{url}/v1/stream", subprotocols=["voicewire.v1.msgpack"], max_size=2**22) as ws:
+    frames, rate, speaker = load.frames, load.rate, load.speaker
+    async with connect(f"{load.url}/v1/stream", subprotocols=["voicewire.v1.msgpack"], max_size=2**22) as ws:
         start = {
             "type": "start",
             "voice": {"speaker": speaker} if speaker else {},
@@ -271,40 +286,26 @@ async def _session(
     return run
 
 
-async def _stream(
-    url: str, index: int, frames: int, rate: float, speaker: str | None, sessions: int
-) -> list[_Run]:
+async def _stream(load: Load, index: int) -> list[_Run]:
     """One stream index's sessions, back to back. Every fourth stream index overall is cancelled,
     whichever process runs it."""
-    return [
-        await _session(url, index, index * sessions + k, frames, rate, index % 4 == 3, speaker)
-        for k in range(sessions)
-    ]
+    k = load.sessions_per_stream
+    return [await _session(load, index, index * k + i, index % 4 == 3) for i in range(k)]
 
 
-async def _sessions(
-    url: str, indices: list[int], frames: int, rate: float, speaker: str | None, sessions: int
-) -> list[_Run]:
-    streams = await asyncio.gather(*(_stream(url, i, frames, rate, speaker, sessions) for i in indices))
+async def _sessions(load: Load, indices: list[int]) -> list[_Run]:
+    streams = await asyncio.gather(*(_stream(load, i) for i in indices))
     return [run for runs in streams for run in runs]
 
 
-def _client_process(
-    pipe: Connection,
-    url: str,
-    indices: list[int],
-    frames: int,
-    rate: float,
-    speaker: str | None,
-    sessions: int,
-) -> None:
+def _client_process(pipe: Connection, load: Load, indices: list[int]) -> None:
     """A spawned client: says it is ready, waits for the common start time, runs its sessions and
     sends back ("done", (runs, end time)) or ("error", traceback)."""
     try:
         pipe.send(("ready", None))
         start_at = pipe.recv()
         time.sleep(max(0.0, start_at - time.time()))
-        runs = asyncio.run(_sessions(url, indices, frames, rate, speaker, sessions))
+        runs = asyncio.run(_sessions(load, indices))
         pipe.send(("done", (runs, time.time())))
     except BaseException:
         pipe.send(("error", traceback.format_exc()))
@@ -339,9 +340,7 @@ def _receive_all(pipes: list[Connection], expected: str, timeout: float | None) 
     return results
 
 
-def _run_in_processes(
-    url: str, streams: int, frames: int, rate: float, speaker: str | None, processes: int, sessions: int
-) -> LevelRuns:
+def _run_in_processes(load: Load, streams: int, processes: int) -> LevelRuns:
     context = multiprocessing.get_context("spawn")  # fork would copy the parent's threads (a local server)
     shares = [list(range(worker, streams, processes)) for worker in range(processes)]  # round-robin
     pipes: list[Connection] = []
@@ -351,7 +350,7 @@ def _run_in_processes(
             pipe, child = context.Pipe()
             process = context.Process(
                 target=_client_process,
-                args=(child, url, share, frames, rate, speaker, sessions),
+                args=(child, load, share),
                 name=f"voicewire-bench-client-{worker}",
                 daemon=True,
             )
@@ -376,29 +375,17 @@ def _run_in_processes(
     return LevelRuns(runs, max(end for _, end in results) - start_at, processes, start_at)
 
 
-async def run_level(
-    url: str,
-    streams: int,
-    frames: int,
-    rate: float,
-    speaker: str | None,
-    processes: int = 1,
-    sessions_per_stream: int = 1,
-) -> LevelRuns:
-    """One concurrency level's sessions (`sessions_per_stream` back to back on each of `streams`):
-    in this event loop when `processes` is 1, otherwise spread round-robin by stream index over that
-    many spawned client processes (at most one per stream)."""
-    if sessions_per_stream < 1:
-        raise ValueError("sessions per stream must be at least 1")
+async def run_level(load: Load, streams: int, processes: int = 1) -> LevelRuns:
+    """One concurrency level's sessions (`load.sessions_per_stream` back to back on each of
+    `streams`): in this event loop when `processes` is 1, otherwise spread round-robin by stream
+    index over that many spawned client processes (at most one per stream)."""
     processes = max(1, min(processes, streams))
     if processes == 1:
         began, started_at = time.perf_counter(), time.time()
-        runs = await _sessions(url, list(range(streams)), frames, rate, speaker, sessions_per_stream)
+        runs = await _sessions(load, list(range(streams)))
         return LevelRuns(runs, time.perf_counter() - began, 1, started_at)
     log.info("%d streams over %d client processes", streams, processes)
-    return await asyncio.to_thread(
-        _run_in_processes, url, streams, frames, rate, speaker, processes, sessions_per_stream
-    )
+    return await asyncio.to_thread(_run_in_processes, load, streams, processes)
 
 
 def level_report(
@@ -416,6 +403,11 @@ def level_report(
     underruns = [simulated_underruns(r.arrivals) for r in full]
     ends = [None if r.ended_at is None else r.ended_at - level.started_at for r in runs]
     processes = level.client_processes
+    # Streams go round-robin: process k ran stream indices k, k + P, ...
+    last_end = [0.0] * processes
+    for run, end in zip(runs, ends, strict=True):
+        if end is not None:
+            last_end[run.stream % processes] = max(last_end[run.stream % processes], end)
     return {
         "streams": streams,
         "sessions_per_stream": len(runs) // max(streams, 1),
@@ -434,42 +426,21 @@ def level_report(
         "wall_s": round(wall, 3),
         "session_end_s": _percentiles([end for end in ends if end is not None]),
         # Streams go round-robin: process k ran stream indices k, k + P, ...
-        "client_process_end_s": [
-            round(
-                max(
-                    (
-                        end
-                        for r, end in zip(runs, ends, strict=True)
-                        if end is not None and r.stream % processes == k
-                    ),
-                    default=0.0,
-                ),
-                3,
-            )
-            for k in range(processes)
-        ],
+        "client_process_end_s": [round(end, 3) for end in last_end],
         "client_processes": processes,
         "sessions_per_server_process": server_processes or [],
         "engine": engine or {},
     }
 
 
-async def bench_level(
-    url: str,
-    streams: int,
-    frames: int,
-    rate: float,
-    speaker: str | None,
-    processes: int = 1,
-    sessions_per_stream: int = 1,
-) -> dict:
+async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
     """One concurrency level, its sessions spread over `processes` client processes; returns its report."""
-    before = await asyncio.to_thread(_scrape, url)
-    level = await run_level(url, streams, frames, rate, speaker, processes, sessions_per_stream)
-    after = await asyncio.to_thread(_scrape, url)
+    before = await asyncio.to_thread(_scrape, load.url)
+    level = await run_level(load, streams, processes)
+    after = await asyncio.to_thread(_scrape, load.url)
     engine = engine_report(engine_histograms(before), engine_histograms(after))
     shares = process_shares(sessions_by_process(before), sessions_by_process(after))
-    return level_report(streams, frames, rate, level, engine, shares)
+    return level_report(streams, load.frames, load.rate, level, engine, shares)
 
 
 def markdown(report: dict) -> str:

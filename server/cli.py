@@ -228,13 +228,18 @@ def _bench(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from voicewire.server.bench import bench_level, default_client_processes, first_speaker, markdown, plot
+    from voicewire.server.bench import (
+        Load,
+        bench_level,
+        default_client_processes,
+        first_speaker,
+        markdown,
+        plot,
+    )
 
     levels = [int(n) for n in args.streams.split(",")]
     if args.client_processes is not None and args.client_processes < 1:
         raise ValueError("--client-processes must be at least 1")
-    if args.sessions_per_stream < 1:
-        raise ValueError("--sessions-per-stream must be at least 1")
     server = engine = None
     url = args.url
     if url is None:  # serve in this process, on loopback
@@ -250,17 +255,11 @@ def _bench(args: argparse.Namespace) -> int:
         server = BackgroundServer(create_app(engine, server_config))
         url = f"ws://127.0.0.1:{server.start()}"
     try:
-        speaker = first_speaker(url)
+        load = Load(url, args.frames, args.text_rate, first_speaker(url), args.sessions_per_stream)
         results = []
         for n in levels:
             processes = args.client_processes or default_client_processes(n)
-            results.append(
-                asyncio.run(
-                    bench_level(
-                        url, n, args.frames, args.text_rate, speaker, processes, args.sessions_per_stream
-                    )
-                )
-            )
+            results.append(asyncio.run(bench_level(load, n, processes)))
         device = "remote"
         if engine is not None:
             device = str(engine.model.device)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.server.conftest import RunningServer
 from voicewire.server import bench
-from voicewire.server.bench import first_speaker, level_report, run_level, simulated_underruns
+from voicewire.server.bench import Load, first_speaker, level_report, run_level, simulated_underruns
 from voicewire.server.cli import main
 
 REPORT_KEYS = {
@@ -111,31 +111,15 @@ def test_the_automatic_client_processes(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_a_level_spread_over_client_processes(server: RunningServer) -> None:
     streams, frames, rate = 6, 16, 12.0  # text-paced: the cancel comes long before the 16th frame
-    level = asyncio.run(
-        run_level(
-            server.url, streams, frames, rate, first_speaker(server.url), processes=2, sessions_per_stream=2
-        )
-    )
+    load = Load(server.url, frames, rate, first_speaker(server.url), sessions_per_stream=2)
+    level = asyncio.run(run_level(load, streams, processes=2))
     # Two sessions per stream, back to back, each stream's in order.
-    assert level.client_processes == 2 and [run.stream for run in level.runs] == [
-        0,
-        0,
-        1,
-        1,
-        2,
-        2,
-        3,
-        3,
-        4,
-        4,
-        5,
-        5,
-    ]
+    assert level.client_processes == 2
+    assert [run.stream for run in level.runs] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
     assert all(run.first_audio_s is not None and run.done_s is not None for run in level.runs)
     for first, second in zip(level.runs[::2], level.runs[1::2], strict=True):
-        assert (
-            first.ended_at < second.ended_at - second.done_s + 0.01
-        )  # the second began after the first ended
+        began = second.ended_at - second.done_s  # the second session began after the first ended
+        assert first.ended_at < began + 0.01
     # Round-robin over two processes still cancels every fourth stream index, and only those.
     assert [i for i, run in enumerate(level.runs) if run.cancel_s is not None] == [6, 7]
     for run in level.runs:
@@ -166,4 +150,4 @@ def test_a_failing_client_process_fails_the_level() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(RuntimeError, match=r"bench client process [01] failed: ConnectionRefusedError"):
-        asyncio.run(run_level(f"ws://127.0.0.1:{port}", 4, 4, 0.0, None, processes=2))
+        asyncio.run(run_level(Load(f"ws://127.0.0.1:{port}", 4, 0.0, None), 4, processes=2))
