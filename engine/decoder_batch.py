@@ -4,12 +4,14 @@
 decodes a group of rows together: select their context, decode, write it back. On CUDA each
 (batch bucket, frame count) shape is one captured graph: a group is padded to its bucket with the
 scratch row, and a frame count not in `GRAPH_FRAMES` is cut into ones that are. The decoder is
-causal and carries its context, so any cut gives the samples of one whole decode.
+causal and carries its context, so any cut gives the samples of one whole decode. Resetting the
+rows of new streams is graphed per bucket too.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -60,6 +62,7 @@ class BatchedDecoder:
         self.state = decoder.new_state(slots + 1, self.device, weight.dtype)
         self.buckets = sorted({min(b, slots) for b in BATCH_BUCKETS}) if graphs or pad else None
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] | None = {} if graphs else None
+        self._reset_graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if graphs else None
         self._pool = None
         top = self.buckets[-1] if self.buckets else slots
         self._rows = torch.full((top,), self.scratch, dtype=torch.long, device=self.device)
@@ -70,16 +73,24 @@ class BatchedDecoder:
         self._audio = torch.zeros(top if graphs else 0, samples, dtype=torch.float32, device=self.device)
 
     def reset(self, rows: list[int]) -> None:
-        """Start `rows` afresh for new streams."""
-        self.state.reset(torch.tensor(rows, dtype=torch.long).to(self.device, non_blocking=True))
+        """Start `rows` afresh for new streams. Graphed, a reset is one launch per bucket: eagerly it
+        is an index fill per context tensor (38 for the 12 Hz codec), and a burst of 256 new
+        streams spent most of the decoder thread's first half second launching them."""
+        if self._reset_graphs is None:
+            self.state.reset(self._index(rows))
+            return
+        top = self._top()
+        for lo in range(0, len(rows), top):
+            b = self._fill_rows(rows[lo : lo + top])
+            self._reset_graph(b).replay()
 
     def decode(self, rows: list[int], codes: Tensor) -> Tensor:
         """Codes [B, n, 16] (any device) for the streams in `rows` -> samples [B, n * upsample] float32 on CPU."""
+        codes = self._to_device(codes)
         if self.buckets is None:
-            return to_host(self._decode_eager(torch.tensor(rows, device=self.device), codes.to(self.device)))
-        codes = codes.to(self.device)
+            return to_host(self._decode_eager(self._index(rows), codes))
         out = []
-        top = self.buckets[-1]
+        top = self._top()
         for lo in range(0, len(rows), top):
             group, group_codes = rows[lo : lo + top], codes[lo : lo + top]
             pieces, start = [], 0
@@ -102,6 +113,7 @@ class BatchedDecoder:
             for b in reversed(self.buckets):
                 for n in GRAPH_FRAMES:
                     self._graph(b, n)
+                self._reset_graph(b)
         finally:
             torch.backends.cudnn.benchmark = benchmark
 
@@ -112,11 +124,8 @@ class BatchedDecoder:
         return audio.float()
 
     def _decode_padded(self, rows: list[int], codes: Tensor) -> Tensor:
-        assert self.buckets is not None
         k, n = len(rows), codes.shape[1]
-        b = next(size for size in self.buckets if size >= k)
-        self._rows[:b] = self.scratch
-        self._rows[:k] = torch.tensor(rows, dtype=torch.long)
+        b = self._fill_rows(rows)
         self._codes[:b, :n] = 0
         self._codes[:k, :n] = codes
         if self._graphs is None:
@@ -125,19 +134,51 @@ class BatchedDecoder:
         # A copy: the next replay rewrites the static buffer.
         return self._audio[:k, : n * self.decoder.cfg.samples_per_frame].clone()
 
+    def _top(self) -> int:
+        assert self.buckets is not None
+        return self.buckets[-1]
+
+    def _fill_rows(self, rows: list[int]) -> int:
+        """Put `rows` in the static row buffer, padded with the scratch row to their bucket; returns
+        the bucket."""
+        assert self.buckets is not None
+        k = len(rows)
+        b = next(size for size in self.buckets if size >= k)
+        self._rows[:b] = self.scratch
+        self._rows[:k] = self._index(rows)
+        return b
+
+    def _index(self, rows: list[int]) -> Tensor:
+        return self._to_device(torch.tensor(rows, dtype=torch.long))
+
+    def _to_device(self, host: Tensor) -> Tensor:
+        """A host tensor on the decoder's device, copied from page-locked memory: a copy from pageable
+        memory first waits for every launch before it on the stream."""
+        if self.device.type == "cuda" and host.device.type == "cpu":
+            host = host.pin_memory()  # the caching host allocator keeps it until the copy has run
+        return host.to(self.device, non_blocking=True)
+
     def _graph(self, b: int, n: int) -> torch.cuda.CUDAGraph:
         assert self._graphs is not None
-        graph = self._graphs.get((b, n))
+        return self._captured(self._graphs, (b, n), b, lambda: self._compute(b, n))
+
+    def _reset_graph(self, b: int) -> torch.cuda.CUDAGraph:
+        assert self._reset_graphs is not None
+        return self._captured(self._reset_graphs, b, b, lambda: self.state.reset(self._rows[:b]))
+
+    def _captured(self, graphs: dict, key: object, b: int, run: Callable[[], None]) -> torch.cuda.CUDAGraph:
+        """`graphs[key]`, captured from `run` (which reads rows [0, b) of the row buffer) on first use."""
+        graph = graphs.get(key)
         if graph is not None:
             return graph
         # Every row is the scratch row, so the warm-up runs move no stream's context.
         saved = self._rows[:b].clone()
         self._rows[:b] = self.scratch
-        graph = cuda_graphs.capture(lambda: self._compute(b, n), self.device, self._pool)
+        graph = cuda_graphs.capture(run, self.device, self._pool)
         self._pool = graph.pool()
-        self._graphs[(b, n)] = graph
+        graphs[key] = graph
         self._rows[:b] = saved
-        log.debug("captured the decoder for batch %d, %d frames", b, n)
+        log.debug("captured a decoder graph %s", key)
         return graph
 
     def _compute(self, b: int, n: int) -> None:

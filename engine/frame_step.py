@@ -170,6 +170,7 @@ class FrameStepper:
         self.seed = torch.zeros(slots, dtype=torch.long, device=device)
         self.rounds = torch.zeros(slots, dtype=torch.long, device=device)
         self.draws = [Draw.GREEDY] * slots  # host copy: what each slot's draws need
+        self._staged: dict[int, tuple[GenerationOptions, int]] = {}  # configure() -> apply_settings()
         self.banned, self.eos_only = banned_ids(cfg, device)
         # Static step buffers: inputs [S, 2] (active, text id), outputs [S, 18] (16 codes, next code 0, finite).
         self.inputs = torch.zeros(slots, 2, dtype=torch.long, device=device)
@@ -200,14 +201,37 @@ class FrameStepper:
         self._pool = None
 
     def configure(self, slot: int, options: GenerationOptions, seed: int | None) -> None:
-        """Give `slot` a stream's settings and noise seed (None: a random one)."""
-        self.talker_sampling.set(slot, options.talker)
-        self.predictor_sampling.set(slot, options.predictor)
-        self.penalty[slot] = options.repetition_penalty
-        self.suppress_eos[slot] = options.suppress_eos
-        self.seed[slot] = resolve_seed(seed)
-        self.rounds[slot] = 0
+        """Give `slot` a stream's settings and noise seed (None: a random one). They are staged on
+        the host and written by the next prefill or step: a write per setting copied from pageable
+        memory, and each such copy waits for the device, the step in flight included."""
+        self._staged[slot] = (options, resolve_seed(seed))
         self.draws[slot] = options.draw
+
+    def apply_settings(self) -> None:
+        """Write the staged slot settings to the device: one copy in for all of them, no sync."""
+        if not self._staged:
+            return
+        ints, floats = [], []  # per staged slot, its settings in two dtypes
+        for slot, (options, seed) in self._staged.items():
+            t, p = options.talker, options.predictor
+            ints.append((slot, t.do_sample, t.top_k, p.do_sample, p.top_k, options.suppress_eos, seed))
+            floats.append((t.temperature, t.top_p, p.temperature, p.top_p, options.repetition_penalty))
+        self._staged = {}
+        ints, floats = torch.tensor(ints, dtype=torch.long), torch.tensor(floats, dtype=torch.float32)
+        if self.device.type == "cuda":
+            ints, floats = ints.pin_memory(), floats.pin_memory()  # kept until the copies have run
+        ints, floats = ints.to(self.device, non_blocking=True), floats.to(self.device, non_blocking=True)
+        rows = ints[:, 0]
+        self.talker_sampling.assign(
+            rows, RowSampling(ints[:, 1] != 0, floats[:, 0], ints[:, 2], floats[:, 1])
+        )
+        self.predictor_sampling.assign(
+            rows, RowSampling(ints[:, 3] != 0, floats[:, 2], ints[:, 4], floats[:, 3])
+        )
+        self.penalty.index_copy_(0, rows, floats[:, 4])
+        self.suppress_eos.index_copy_(0, rows, ints[:, 5] != 0)
+        self.seed.index_copy_(0, rows, ints[:, 6])
+        self.rounds.index_fill_(0, rows, 0)
 
     def take_back(self, slot: int) -> None:
         """`slot`'s last step is discarded (it ran past EOS): return its noise round, so the next
@@ -256,6 +280,7 @@ class FrameStepper:
         first code 0. Positions below a prompt's start keep their KV (the cached voice prefix)."""
         for _, rows, start in prompts:
             self.check_prompt(start, rows.shape[0])
+        self.apply_settings()
         for i in range(0, len(prompts), self.prefill_batch):
             self._prefill_group(prompts[i : i + self.prefill_batch])
         for slot, rows, start in prompts:
@@ -307,6 +332,7 @@ class FrameStepper:
 
         Returns [n, 18] on the device: the frame's 16 codes, the next code 0, and whether the
         row's logits were finite; inactive rows are garbage."""
+        self.apply_settings()
         b = n if self.buckets is None else next(b for b in self.buckets if b >= n)
         host = torch.zeros(b, 2, dtype=torch.long)
         host[:n, 0] = torch.tensor(active, dtype=torch.long)

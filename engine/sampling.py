@@ -94,6 +94,13 @@ class RowSampling:
         self.top_k[row] = params.top_k
         self.top_p[row] = params.top_p
 
+    def assign(self, rows: Tensor, values: RowSampling) -> None:
+        """Write `values` (one entry per row) into the given rows [n], on the device, without a sync."""
+        self.do_sample.index_copy_(0, rows, values.do_sample)
+        self.temperature.index_copy_(0, rows, values.temperature)
+        self.top_k.index_copy_(0, rows, values.top_k)
+        self.top_p.index_copy_(0, rows, values.top_p)
+
     def select(self, rows: Tensor, active: Tensor | None = None) -> RowSampling:
         """The given rows [n]; those where `active` is False become greedy (they draw nothing)."""
         do_sample = self.do_sample[rows]

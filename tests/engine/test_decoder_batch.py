@@ -30,9 +30,11 @@ def test_split_frames_uses_graphed_sizes() -> None:
 
 
 def _decode_in_groups(batch: BatchedDecoder, codes: torch.Tensor) -> torch.Tensor:
-    """Streams 0 and 2 in rows 4 and 1, decoded together and alone in uneven chunks."""
+    """Streams 0 and 2 in rows 4 and 1, decoded together and alone in uneven chunks, after earlier
+    streams in those rows (reset must leave nothing of them)."""
     rows = {0: 4, 2: 1}
     out = {s: [] for s in rows}
+    batch.decode(list(rows.values()), codes[[1, 1], :5])
     batch.reset(list(rows.values()))
     cuts = [0, 3, 16, 17, FRAMES]
     for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):

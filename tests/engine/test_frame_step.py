@@ -5,7 +5,7 @@ import torch
 
 from voicewire.engine.frame_step import FrameStepper, GenerationOptions
 from voicewire.engine.model import Qwen3TTS
-from voicewire.engine.sampling import Draw
+from voicewire.engine.sampling import Draw, SamplingParams
 
 SLOTS = 5  # buckets 1, 2, 4, 5: three streams step padded to four
 
@@ -191,3 +191,34 @@ def test_fused_graphed_steps_equal_fused_eager_steps_on_cuda(tiny_checkpoints) -
     graphed = _run(model, graphed_stepper, greedy, steps=40, together=True)
     for a, b in zip(eager, graphed, strict=True):
         assert torch.equal(a, b)
+
+
+def test_slot_settings_are_staged_and_written_together(tiny_models) -> None:
+    """configure() writes nothing to the device; the next prefill or step (or apply_settings)
+    writes every staged slot's settings, and leaves the other slots as they were."""
+    model = tiny_models["custom_voice"]
+    stepper = FrameStepper(model.talker, 4, 64)
+    sampled = GenerationOptions(
+        SamplingParams(True, 0.7, 30, 0.9), SamplingParams(True, 0.5, 10, 0.8), 1.2, suppress_eos=True
+    )
+    greedy = GenerationOptions.from_generation_config(model.generation_config, greedy=True)
+    with torch.inference_mode():
+        stepper.rounds[:] = 9
+        stepper.configure(3, sampled, seed=2**64 + 5)
+        stepper.configure(1, greedy, seed=7)
+        assert stepper.seed.tolist() == [0, 0, 0, 0] and stepper.rounds.tolist() == [9] * 4
+        assert stepper.draws[3] is Draw.TOP_K and stepper.draws[1] is Draw.GREEDY  # host side: at once
+        stepper.apply_settings()
+    assert stepper.seed.tolist() == [0, 7, 0, 5]  # folded to 63 bits
+    assert stepper.rounds.tolist() == [9, 0, 9, 0]
+    assert stepper.penalty.tolist() == pytest.approx([1.0, greedy.repetition_penalty, 1.0, 1.2])
+    assert stepper.suppress_eos.tolist() == [False, False, False, True]
+    talker, predictor = stepper.talker_sampling, stepper.predictor_sampling
+    assert talker.do_sample.tolist() == [False, False, False, True]
+    assert talker.temperature.tolist() == pytest.approx([1.0, greedy.talker.temperature, 1.0, 0.7])
+    assert talker.top_k.tolist() == [0, greedy.talker.top_k, 0, 30]
+    assert talker.top_p.tolist() == pytest.approx([1.0, greedy.talker.top_p, 1.0, 0.9])
+    assert predictor.do_sample.tolist() == [False, False, False, True]
+    assert predictor.temperature.tolist() == pytest.approx([1.0, greedy.predictor.temperature, 1.0, 0.5])
+    assert predictor.top_k.tolist() == [0, greedy.predictor.top_k, 0, 10]
+    assert predictor.top_p.tolist() == pytest.approx([1.0, greedy.predictor.top_p, 1.0, 0.8])

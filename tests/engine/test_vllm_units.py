@@ -53,6 +53,7 @@ def test_worker_rows_and_draws_equal_the_torch_frame_step(tiny_models, greedy: b
         # The torch backend: one slot, the stream's noise rounds advanced by the spec's round_base.
         stepper = FrameStepper(talker, 1, 128)
         stepper.configure(0, options, seed=1234)
+        stepper.apply_settings()
         stepper.rounds[0] = 5
         stepper.prefill([(0, prompt, 0)])
         expected = []
