@@ -5,7 +5,8 @@ text at an LLM-like pace (or all at once), Opus back; measured at the client:
 - speed against real time per stream (audio seconds / seconds from first text to `done`), p50
   and its slow tail (p5, p1, min);
 - underruns of a simulated player that starts after 200 ms of audio and then plays in real time
-  (count and total gap);
+  (count, total gap, and how much audio each stream had played before each gap: near the start
+  buffer means a stream's first chunks came too far apart, later means its steady pace fell short);
 - cancel latency (cancel sent -> `cancelled`), on every fourth stream, after its first 0.4 s of audio;
 - aggregate audio seconds per wall second, and when sessions ended after the level's start (all
   of them, and the last of each client process), which shows a tail the medians hide;
@@ -34,6 +35,7 @@ import traceback
 import urllib.request
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
+from typing import NamedTuple
 
 import msgpack
 import numpy as np
@@ -108,24 +110,32 @@ def _percentiles(values: list[float], low: bool = False) -> dict[str, float | No
     }
 
 
+class Underruns(NamedTuple):
+    count: int
+    gap_s: float  # the total
+    played_s: tuple[float, ...]  # the audio played before each gap
+
+
 def simulated_underruns(
     arrivals: list[tuple[float, float]], start_buffer_s: float = START_BUFFER_S
-) -> tuple[int, float]:
+) -> Underruns:
     """A player that starts once `start_buffer_s` of audio has arrived, then plays in real time,
-    waiting (an underrun) whenever the next audio has not arrived: (underruns, total gap in s)."""
-    buffered, clock, underruns, gap, started = 0.0, 0.0, 0, 0.0, False
+    waiting (an underrun) whenever the next audio has not arrived."""
+    buffered, clock, gap, started = 0.0, 0.0, 0.0, False
+    played: list[float] = []
     for at, seconds in arrivals:
         if not started:
             buffered += seconds
             if buffered >= start_buffer_s:
                 started, clock = True, at + buffered  # playback ends at `clock`
             continue
-        if at > clock:  # the buffer ran dry before this audio came
-            underruns += 1
+        if at > clock:  # the buffer ran dry before this audio came: all before it has played
+            played.append(round(buffered, 3))
             gap += at - clock
             clock = at
         clock += seconds
-    return underruns, round(gap, 3)
+        buffered += seconds
+    return Underruns(len(played), round(gap, 3), tuple(played))
 
 
 # The engine's histograms a level report carries: seconds (reported in ms) or stream counts.
@@ -416,10 +426,11 @@ def level_report(
         "first_audio_ms": _percentiles([r.first_audio_s * 1000 for r in runs if r.first_audio_s is not None]),
         "speed_x_realtime": _percentiles([r.audio_s / r.done_s for r in full if r.done_s], low=True),
         "underruns": {
-            "streams_with_underruns": sum(1 for n, _ in underruns if n),
-            "total": sum(n for n, _ in underruns),
-            "total_gap_s": round(sum(g for _, g in underruns), 3),
+            "streams_with_underruns": sum(1 for u in underruns if u.count),
+            "total": sum(u.count for u in underruns),
+            "total_gap_s": round(sum(u.gap_s for u in underruns), 3),
             "start_buffer_ms": START_BUFFER_S * 1000,
+            "played_before_gap_s": _percentiles([p for u in underruns for p in u.played_s]),
         },
         "cancel_ms": _percentiles([r.cancel_s * 1000 for r in runs if r.cancel_s is not None]),
         "aggregate_audio_s_per_s": round(sum(r.audio_s for r in runs) / wall, 3),

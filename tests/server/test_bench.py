@@ -33,11 +33,12 @@ REPORT_KEYS = {
 
 def test_the_simulated_player_counts_gaps() -> None:
     steady = [(0.1 * i, 0.1) for i in range(20)]  # arrives exactly as fast as it plays
-    assert simulated_underruns(steady) == (0, 0.0)
-    late = [(0.0, 0.1), (0.05, 0.1), (0.1, 0.1), (1.0, 0.1), (1.05, 0.1)]
-    # Starts at 0.05 with 0.2 s: plays to 0.35 (with the third piece), waits for the fourth at 1.0.
-    assert simulated_underruns(late) == (1, 0.65)
-    assert simulated_underruns([(0.0, 0.05)]) == (0, 0.0)  # never reached its start buffer
+    assert simulated_underruns(steady) == (0, 0.0, ())
+    late = [(0.0, 0.1), (0.05, 0.1), (0.1, 0.1), (1.0, 0.1), (1.05, 0.1), (2.0, 0.1)]
+    # Starts at 0.05 with 0.2 s: plays to 0.35 (with the third piece), waits for the fourth at 1.0,
+    # having played 0.3 s; then plays to 1.2 and waits for the sixth, having played 0.5 s.
+    assert simulated_underruns(late) == (2, 1.45, (0.3, 0.5))
+    assert simulated_underruns([(0.0, 0.05)]) == (0, 0.0, ())  # never reached its start buffer
 
 
 def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -66,7 +67,9 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
             "total",
             "total_gap_s",
             "start_buffer_ms",
+            "played_before_gap_s",
         }
+        assert set(level["underruns"]["played_before_gap_s"]) == {"p50", "p95", "p99", "max"}
     assert report["levels"][1]["cancel_ms"]["p50"] > 0  # the fourth stream was cancelled
     # The engine's view of each level's own sessions (the in-process engine's metrics, told apart
     # from the level before by scraping before and after).
