@@ -1,10 +1,19 @@
-"""Capturing a fixed-shape piece of work as a CUDA graph (the frame step, the decoder step)."""
+"""Capturing a fixed-shape piece of work as a CUDA graph (the frame step, the decoder step), and
+moving host inputs to the device without waiting for it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import torch
+
+
+def pinned(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`host` in page-locked memory when it is bound for a CUDA device, to copy with
+    non_blocking=True: a copy from pageable memory first waits for every launch before it on the
+    stream. Each call takes a fresh block, which the caching host allocator keeps until the copy has
+    run, so the caller may build the next input at once."""
+    return host.pin_memory() if device.type == "cuda" and host.device.type == "cpu" else host
 
 
 def capture(run: Callable[[], None], device: torch.device, pool: tuple | None) -> torch.cuda.CUDAGraph:

@@ -152,11 +152,7 @@ class BatchedDecoder:
         return self._to_device(torch.tensor(rows, dtype=torch.long))
 
     def _to_device(self, host: Tensor) -> Tensor:
-        """A host tensor on the decoder's device, copied from page-locked memory: a copy from pageable
-        memory first waits for every launch before it on the stream."""
-        if self.device.type == "cuda" and host.device.type == "cpu":
-            host = host.pin_memory()  # the caching host allocator keeps it until the copy has run
-        return host.to(self.device, non_blocking=True)
+        return cuda_graphs.pinned(host, self.device).to(self.device, non_blocking=True)
 
     def _graph(self, b: int, n: int) -> torch.cuda.CUDAGraph:
         assert self._graphs is not None

@@ -218,9 +218,8 @@ class FrameStepper:
             floats.append((t.temperature, t.top_p, p.temperature, p.top_p, options.repetition_penalty))
         self._staged = {}
         ints, floats = torch.tensor(ints, dtype=torch.long), torch.tensor(floats, dtype=torch.float32)
-        if self.device.type == "cuda":
-            ints, floats = ints.pin_memory(), floats.pin_memory()  # kept until the copies have run
-        ints, floats = ints.to(self.device, non_blocking=True), floats.to(self.device, non_blocking=True)
+        ints = cuda_graphs.pinned(ints, self.device).to(self.device, non_blocking=True)
+        floats = cuda_graphs.pinned(floats, self.device).to(self.device, non_blocking=True)
         rows = ints[:, 0]
         self.talker_sampling.assign(
             rows, RowSampling(ints[:, 1] != 0, floats[:, 0], ints[:, 2], floats[:, 1])
@@ -299,9 +298,7 @@ class FrameStepper:
         meta = torch.tensor([(slot, start, rows.shape[0]) for slot, rows, start in padded])
         for i, (_, rows, _) in enumerate(padded):
             self.prefill_rows[i, : rows.shape[0]] = rows
-        if self.device.type == "cuda":
-            meta = meta.pin_memory()  # the caching host allocator keeps it until the copy is done
-        self.prefill_meta[:b].copy_(meta, non_blocking=True)
+        self.prefill_meta[:b].copy_(cuda_graphs.pinned(meta, self.device), non_blocking=True)
         if self._graphs is not None:
             self._prefill_graphs[(b, t)].replay()
         else:
@@ -337,11 +334,8 @@ class FrameStepper:
         host = torch.zeros(b, 2, dtype=torch.long)
         host[:n, 0] = torch.tensor(active, dtype=torch.long)
         host[:n, 1] = torch.tensor(text_ids, dtype=torch.long)
-        if self.device.type == "cuda":
-            # A fresh pinned block per step: the caching host allocator keeps it until the copy has
-            # run, and with pipelined steps the host writes step k+1's inputs before that.
-            host = host.pin_memory()
-        self.inputs[:b].copy_(host, non_blocking=True)
+        # With pipelined steps the host writes step k+1's inputs before step k's copy has run.
+        self.inputs[:b].copy_(cuda_graphs.pinned(host, self.device), non_blocking=True)
         draw = max((d for a, d in zip(active, self.draws, strict=False) if a), default=Draw.GREEDY)
         if self._graphs is None:
             self._compute(b, draw, self.attention_span(b, draw))
