@@ -58,17 +58,24 @@ TEXT = (
 @dataclass(frozen=True)
 class Load:
     """What every session of a level does: the server it talks to, its forced frame count, its text
-    pace (words/s, 0 = all at once), the speaker, and how many sessions each stream runs back to back."""
+    pace (words/s, 0 = all at once), the speaker, how many sessions each stream runs back to back,
+    and the chunk schedule it asks for (frames of the first chunk, then of the next ones; None: the
+    server's)."""
 
     url: str
     frames: int
     rate: float
     speaker: str | None
     sessions_per_stream: int = 1
+    chunks: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.sessions_per_stream < 1:
             raise ValueError(f"sessions_per_stream must be at least 1, not {self.sessions_per_stream}")
+        if self.chunks is not None and (len(self.chunks) < 2 or not all(1 <= n <= 32 for n in self.chunks)):
+            raise ValueError(
+                f"chunks needs a first chunk and at least one more, each 1-32 frames: {self.chunks}"
+            )
 
 
 @dataclass
@@ -241,19 +248,26 @@ def first_speaker(url: str) -> str | None:
     return voices[0]["id"] if voices else None
 
 
+def start_message(load: Load, seed: int) -> dict:
+    """A session's `start`: Opus at 48 kHz, the forced frame count, and the chunk schedule if set."""
+    start = {
+        "type": "start",
+        "voice": {"speaker": load.speaker} if load.speaker else {},
+        "format": {"encoding": "opus", "sample_rate": 48000},
+        "sampling": {"seed": seed},
+        "max_frames": load.frames,
+        "suppress_eos": True,
+    }
+    if load.chunks is not None:
+        start["buffering"] = {"first_chunk_frames": load.chunks[0], "chunk_frames": list(load.chunks[1:])}
+    return start
+
+
 async def _session(load: Load, index: int, seed: int, cancel: bool) -> _Run:
     run = _Run(stream=index)
-    frames, rate, speaker = load.frames, load.rate, load.speaker
+    rate = load.rate
     async with connect(f"{load.url}/v1/stream", subprotocols=["voicewire.v1.msgpack"], max_size=2**22) as ws:
-        start = {
-            "type": "start",
-            "voice": {"speaker": speaker} if speaker else {},
-            "format": {"encoding": "opus", "sample_rate": 48000},
-            "sampling": {"seed": seed},
-            "max_frames": frames,
-            "suppress_eos": True,
-        }
-        await ws.send(msgpack.packb(start))
+        await ws.send(msgpack.packb(start_message(load, seed)))
         ready = msgpack.unpackb(await ws.recv())
         if ready["type"] != "ready":
             raise RuntimeError(f"session {index}: {ready}")
@@ -459,7 +473,9 @@ def markdown(report: dict) -> str:
     lines = [
         f"Device: {report['device']}; model: {report['model']}; text rate: {report['text_rate_words_per_s']} words/s; "
         f"{report['frames_per_stream']} frames per session, {report.get('sessions_per_stream', 1)} session(s) "
-        "per stream, back to back.",
+        "per stream, back to back; chunks (frames): "
+        + (",".join(map(str, report["chunks"])) if report.get("chunks") else "the server's")
+        + ".",
         "",
         "| streams | first audio p50 / p95 / p99 (ms) | speed × real time p50 / p5 | underruns (streams, gap s) "
         "| cancel p50 (ms) | audio-s/s | sessions ended p50 / max (s) |",

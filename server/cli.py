@@ -224,6 +224,14 @@ def _say(args: argparse.Namespace) -> int:
     return 0
 
 
+def _frame_list(text: str) -> tuple[int, ...]:
+    """`--chunks`: comma-separated frame counts."""
+    try:
+        return tuple(int(n) for n in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected frame counts like 1,2,4,8, got {text!r}") from None
+
+
 def _bench(args: argparse.Namespace) -> int:
     import asyncio
     import json
@@ -255,7 +263,9 @@ def _bench(args: argparse.Namespace) -> int:
         server = BackgroundServer(create_app(engine, server_config))
         url = f"ws://127.0.0.1:{server.start()}"
     try:
-        load = Load(url, args.frames, args.text_rate, first_speaker(url), args.sessions_per_stream)
+        load = Load(
+            url, args.frames, args.text_rate, first_speaker(url), args.sessions_per_stream, args.chunks
+        )
         results = []
         for n in levels:
             processes = args.client_processes or default_client_processes(n)
@@ -272,6 +282,7 @@ def _bench(args: argparse.Namespace) -> int:
             "frames_per_stream": args.frames,
             "text_rate_words_per_s": args.text_rate,
             "sessions_per_stream": args.sessions_per_stream,
+            "chunks": list(args.chunks) if args.chunks else None,
             "levels": results,
         }
         if engine is not None and engine.model.device.type == "cuda":
@@ -478,6 +489,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="sessions each stream runs back to back (default 1): with K > 1 the level keeps N sessions "
         "open at all times, as steady traffic does, and its start-up ramp and tail weigh 1/K as much",
+    )
+    service.add_argument(
+        "--chunks",
+        type=_frame_list,
+        metavar="N,N,...",
+        help="the chunk schedule every session asks for, in frames: the first chunk, then the next ones "
+        "(the last repeats), e.g. 1,2,2,4,8 (default: the server's)",
     )
     service.add_argument("--markdown", type=Path, help="write the Markdown table here")
     service.add_argument("--plot", type=Path, help="write a PNG of latency and throughput (needs matplotlib)")

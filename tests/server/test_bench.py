@@ -9,7 +9,14 @@ import pytest
 
 from tests.server.conftest import RunningServer
 from voicewire.server import bench
-from voicewire.server.bench import Load, first_speaker, level_report, run_level, simulated_underruns
+from voicewire.server.bench import (
+    Load,
+    first_speaker,
+    level_report,
+    run_level,
+    simulated_underruns,
+    start_message,
+)
 from voicewire.server.cli import main
 
 REPORT_KEYS = {
@@ -41,14 +48,38 @@ def test_the_simulated_player_counts_gaps() -> None:
     assert simulated_underruns([(0.0, 0.05)]) == (0, 0.0, ())  # never reached its start buffer
 
 
+def test_the_start_message_asks_for_the_chunk_schedule() -> None:
+    plain = start_message(Load("ws://x", 20, 0.0, "aiden"), seed=3)
+    assert plain == {
+        "type": "start",
+        "voice": {"speaker": "aiden"},
+        "format": {"encoding": "opus", "sample_rate": 48000},
+        "sampling": {"seed": 3},
+        "max_frames": 20,
+        "suppress_eos": True,
+    }
+    scheduled = start_message(Load("ws://x", 20, 0.0, None, chunks=(1, 2, 2, 4)), seed=3)
+    assert scheduled["voice"] == {}
+    assert scheduled["buffering"] == {"first_chunk_frames": 1, "chunk_frames": [2, 2, 4]}
+    for bad in ((4,), (1, 0), (1, 33)):
+        with pytest.raises(ValueError, match="chunks"):
+            Load("ws://x", 20, 0.0, None, chunks=bad)
+
+
+def test_bench_refuses_a_malformed_chunk_schedule(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "--chunks", "1,two"])
+    assert "expected frame counts like 1,2,4,8, got '1,two'" in capsys.readouterr().err
+
+
 def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out, table = tmp_path / "bench.json", tmp_path / "bench.md"
     args = ["bench", "--streams", "1,4", "--frames", "14", "--text-rate", "25", "--out", str(out)]
-    assert main([*args, "--markdown", str(table), "--kv-length", "128"]) == 0
+    assert main([*args, "--markdown", str(table), "--kv-length", "128", "--chunks", "1,3"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report == json.loads(out.read_text())
     assert report["device"] == "cpu" and [level["streams"] for level in report["levels"]] == [1, 4]
-    assert report["sessions_per_stream"] == 1
+    assert report["sessions_per_stream"] == 1 and report["chunks"] == [1, 3]
     for level in report["levels"]:
         assert set(level) == REPORT_KEYS and level["sessions_per_stream"] == 1
         assert level["client_processes"] == 1  # the automatic choice for small levels: in process
@@ -84,6 +115,7 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         assert 0 < gap["count"] < engine["step_ms"]["count"]
         assert 0 < gap["total"] < level["wall_s"] * 1000 and engine["step_ms"]["total"] > 0
     assert table.read_text().count("\n| ") == 3  # header + two levels
+    assert "chunks (frames): 1,3." in table.read_text()
 
 
 def test_engine_report_takes_the_level_out_of_the_histograms() -> None:
