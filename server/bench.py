@@ -55,6 +55,12 @@ TEXT = (
 )
 
 
+def check_chunks(chunks: tuple[int, ...]) -> None:
+    """A chunk schedule the protocol accepts: a first chunk and at least one more, 1-32 frames each."""
+    if len(chunks) < 2 or not all(1 <= n <= 32 for n in chunks):
+        raise ValueError(f"chunks needs a first chunk and at least one more, each 1-32 frames: {chunks}")
+
+
 @dataclass(frozen=True)
 class Load:
     """What every session of a level does: the server it talks to, its forced frame count, its text
@@ -72,10 +78,8 @@ class Load:
     def __post_init__(self) -> None:
         if self.sessions_per_stream < 1:
             raise ValueError(f"sessions_per_stream must be at least 1, not {self.sessions_per_stream}")
-        if self.chunks is not None and (len(self.chunks) < 2 or not all(1 <= n <= 32 for n in self.chunks)):
-            raise ValueError(
-                f"chunks needs a first chunk and at least one more, each 1-32 frames: {self.chunks}"
-            )
+        if self.chunks is not None:
+            check_chunks(self.chunks)
 
 
 @dataclass

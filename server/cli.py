@@ -224,12 +224,16 @@ def _say(args: argparse.Namespace) -> int:
     return 0
 
 
-def _frame_list(text: str) -> tuple[int, ...]:
-    """`--chunks`: comma-separated frame counts."""
+def _chunk_schedule(text: str) -> tuple[int, ...]:
+    """`--chunks`: comma-separated frame counts, checked before any server starts."""
+    from voicewire.server.bench import check_chunks
+
     try:
-        return tuple(int(n) for n in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected frame counts like 1,2,4,8, got {text!r}") from None
+        chunks = tuple(int(n) for n in text.split(","))
+        check_chunks(chunks)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected frame counts like 1,2,4,8 ({exc})") from None
+    return chunks
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -492,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     service.add_argument(
         "--chunks",
-        type=_frame_list,
+        type=_chunk_schedule,
         metavar="N,N,...",
         help="the chunk schedule every session asks for, in frames: the first chunk, then the next ones "
         "(the last repeats), e.g. 1,2,2,4,8 (default: the server's)",

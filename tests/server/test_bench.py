@@ -66,10 +66,11 @@ def test_the_start_message_asks_for_the_chunk_schedule() -> None:
             Load("ws://x", 20, 0.0, None, chunks=bad)
 
 
-def test_bench_refuses_a_malformed_chunk_schedule(capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(SystemExit):
-        main(["bench", "--chunks", "1,two"])
-    assert "expected frame counts like 1,2,4,8, got '1,two'" in capsys.readouterr().err
+@pytest.mark.parametrize("flag", ["1,two", "4", "1,0", "1,40"])
+def test_bench_refuses_a_malformed_chunk_schedule(flag: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):  # argparse, before any server or engine starts
+        main(["bench", "--chunks", flag])
+    assert "--chunks: expected frame counts like 1,2,4,8 (" in capsys.readouterr().err
 
 
 def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
