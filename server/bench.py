@@ -42,6 +42,8 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 
+from voicewire.server.protocol import BufferingSpec
+
 log = logging.getLogger(__name__)
 
 START_BUFFER_S = 0.2
@@ -56,9 +58,15 @@ TEXT = (
 
 
 def check_chunks(chunks: tuple[int, ...]) -> None:
-    """A chunk schedule the protocol accepts: a first chunk and at least one more, 1-32 frames each."""
-    if len(chunks) < 2 or not all(1 <= n <= 32 for n in chunks):
-        raise ValueError(f"chunks needs a first chunk and at least one more, each 1-32 frames: {chunks}")
+    """A chunk schedule the protocol's `buffering` accepts: a first chunk and 1-8 more, 1-32 frames each."""
+    try:
+        if len(chunks) < 2:
+            raise ValueError("no chunk after the first")
+        BufferingSpec(first_chunk_frames=chunks[0], chunk_frames=list(chunks[1:]))
+    except ValueError:  # pydantic's ValidationError is one
+        raise ValueError(
+            f"chunks needs a first chunk and 1-8 more, each 1-32 frames, not {','.join(map(str, chunks))}"
+        ) from None
 
 
 @dataclass(frozen=True)

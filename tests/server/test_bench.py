@@ -61,12 +61,12 @@ def test_the_start_message_asks_for_the_chunk_schedule() -> None:
     scheduled = start_message(Load("ws://x", 20, 0.0, None, chunks=(1, 2, 2, 4)), seed=3)
     assert scheduled["voice"] == {}
     assert scheduled["buffering"] == {"first_chunk_frames": 1, "chunk_frames": [2, 2, 4]}
-    for bad in ((4,), (1, 0), (1, 33)):
+    for bad in ((4,), (1, 0), (1, 33), (1, *[2] * 9)):
         with pytest.raises(ValueError, match="chunks"):
             Load("ws://x", 20, 0.0, None, chunks=bad)
 
 
-@pytest.mark.parametrize("flag", ["1,two", "4", "1,0", "1,40"])
+@pytest.mark.parametrize("flag", ["1,two", "4", "1,0", "1,40", "1,2,2,2,2,2,2,2,2,2"])
 def test_bench_refuses_a_malformed_chunk_schedule(flag: str, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):  # argparse, before any server or engine starts
         main(["bench", "--chunks", flag])
