@@ -18,6 +18,11 @@ def pinned(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     return host.pin_memory() if device.type == "cuda" and host.device.type == "cpu" else host
 
 
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`host` on `device`, queued without waiting for the device (through `pinned`)."""
+    return pinned(host, device).to(device, non_blocking=True)
+
+
 def capture(run: Callable[[], None], device: torch.device, pool: tuple | None) -> torch.cuda.CUDAGraph:
     """Warm `run` up on a side stream (first calls allocate, compile and pick kernels), then
     capture it, allocating from `pool` (None: a new one; graphs replayed one at a time may share).

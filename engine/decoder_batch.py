@@ -86,7 +86,7 @@ class BatchedDecoder:
 
     def decode(self, rows: list[int], codes: Tensor) -> Tensor:
         """Codes [B, n, 16] (any device) for the streams in `rows` -> samples [B, n * upsample] float32 on CPU."""
-        codes = self._to_device(codes)
+        codes = cuda_graphs.to_device(codes, self.device)
         if self.buckets is None:
             return to_host(self._decode_eager(self._index(rows), codes))
         out = []
@@ -149,10 +149,7 @@ class BatchedDecoder:
         return b
 
     def _index(self, rows: list[int]) -> Tensor:
-        return self._to_device(torch.tensor(rows, dtype=torch.long))
-
-    def _to_device(self, host: Tensor) -> Tensor:
-        return cuda_graphs.pinned(host, self.device).to(self.device, non_blocking=True)
+        return cuda_graphs.to_device(torch.tensor(rows, dtype=torch.long), self.device)
 
     def _graph(self, b: int, n: int) -> torch.cuda.CUDAGraph:
         assert self._graphs is not None

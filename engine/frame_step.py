@@ -202,8 +202,8 @@ class FrameStepper:
 
     def configure(self, slot: int, options: GenerationOptions, seed: int | None) -> None:
         """Give `slot` a stream's settings and noise seed (None: a random one). They are staged on
-        the host and written by the next prefill or step: a write per setting copied from pageable
-        memory, and each such copy waits for the device, the step in flight included."""
+        the host and written, for every slot staged since, by the next prefill or step: writing
+        each setting at once would be a scalar write, which waits for the step in flight."""
         self._staged[slot] = (options, resolve_seed(seed))
         self.draws[slot] = options.draw
 
@@ -218,8 +218,7 @@ class FrameStepper:
             floats.append((t.temperature, t.top_p, p.temperature, p.top_p, options.repetition_penalty))
         self._staged = {}
         ints, floats = torch.tensor(ints, dtype=torch.long), torch.tensor(floats, dtype=torch.float32)
-        ints = cuda_graphs.pinned(ints, self.device).to(self.device, non_blocking=True)
-        floats = cuda_graphs.pinned(floats, self.device).to(self.device, non_blocking=True)
+        ints, floats = cuda_graphs.to_device(ints, self.device), cuda_graphs.to_device(floats, self.device)
         rows = ints[:, 0]
         self.talker_sampling.assign(
             rows, RowSampling(ints[:, 1] != 0, floats[:, 0], ints[:, 2], floats[:, 1])
