@@ -25,6 +25,7 @@ from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.decode_stage import DecoderStage
 from voicewire.engine.errors import InvalidOptions, InvalidVoice
 from voicewire.engine.frame_step import GenerationOptions
+from voicewire.engine.gc_pauses import GcPauses
 from voicewire.engine.metrics import EngineMetrics
 from voicewire.engine.model import Qwen3TTS
 from voicewire.engine.prompt import Voice, check_voice, supported_languages
@@ -132,6 +133,8 @@ class Engine:
         ]
         if model.device.type == "cuda":
             sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
+        self.gc_pauses = GcPauses(self.metrics.gc_pause, self.metrics.gc_full_pause)
+        self.gc_pauses.start()
         for thread in self._threads:
             thread.start()
         if not isinstance(self.scheduler, Scheduler):
@@ -236,6 +239,7 @@ class Engine:
         self._wake()
         for thread in self._threads:
             thread.join(timeout=CLOSE_TIMEOUT_S)
+        self.gc_pauses.close()
 
     def __enter__(self) -> Engine:
         return self

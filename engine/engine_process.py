@@ -41,6 +41,7 @@ from voicewire.engine.checkpoint import CheckpointError
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.engine import Engine, EngineInfo, generation_options
 from voicewire.engine.errors import EngineError, EngineFull, StreamClosed, StreamFailed
+from voicewire.engine.gc_pauses import freeze_startup_heap
 from voicewire.engine.prompt import Voice
 from voicewire.engine.stream import AudioChunk, Done, Stream, StreamResult, caller_loop, chunk_or_end
 
@@ -295,6 +296,7 @@ def _child_main(
     )
     try:
         engine = Engine.from_config(config)
+        freeze_startup_heap()
         listener = Listener(address, family="AF_UNIX", authkey=authkey)
     except SETTINGS_ERRORS as exc:  # the server says it in one line
         owner.send(_StartFailed(f"{type(exc).__name__}: {exc}", exc))

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 SECONDS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
 GAP_SECONDS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1)
+GC_SECONDS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 STREAMS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
@@ -52,6 +53,14 @@ class EngineMetrics:
             "first_chunk_seconds",
             "From a stream's first text reaching the engine to its first audio chunk",
             SECONDS,
+        )
+        self.gc_pause = self._histogram(
+            "gc_pause_seconds",
+            "Python garbage collections in the engine's process: every thread waits while one runs",
+            GC_SECONDS,
+        )
+        self.gc_full_pause = self._histogram(
+            "gc_full_pause_seconds", "The collections of the oldest generation among them", GC_SECONDS
         )
         self.frames = Counter("voicewire_engine_frames", "Frames of codes made", registry=self.registry)
 

@@ -169,6 +169,8 @@ ENGINE_HISTOGRAMS = {
     "step_gap_ms": "voicewire_engine_step_gap_seconds",
     "decode_streams": "voicewire_engine_decode_streams",
     "prefill_streams": "voicewire_engine_prefill_streams",
+    "gc_pause_ms": "voicewire_engine_gc_pause_seconds",
+    "gc_full_pause_ms": "voicewire_engine_gc_full_pause_seconds",
 }
 
 

@@ -85,6 +85,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from voicewire.engine import EngineConfig
     from voicewire.engine.engine_process import EngineProcess
+    from voicewire.engine.gc_pauses import freeze_startup_heap
     from voicewire.server.app import create_app, uvicorn_options
     from voicewire.server.config import ServerConfig
     from voicewire.server.worker import (
@@ -123,7 +124,9 @@ def _serve(args: argparse.Namespace) -> int:
         )
         with _stopped_by_signal():
             if server_config.workers == 1:
-                uvicorn.run(create_app(engine, server_config, close_engine=True), **options)
+                app = create_app(engine, server_config, close_engine=True)
+                freeze_startup_heap()
+                uvicorn.run(app, **options)
             else:
                 os.environ.update(worker_environment(engine, server_config))
                 if can_balance_connections():

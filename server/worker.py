@@ -23,6 +23,7 @@ import time
 from starlette.applications import Starlette
 
 from voicewire.engine.engine_process import EngineProcess
+from voicewire.engine.gc_pauses import freeze_startup_heap
 from voicewire.server.app import create_app
 from voicewire.server.config import LOG_FORMAT, ServerConfig
 
@@ -61,7 +62,9 @@ def create_worker_app() -> Starlette:
     engine = EngineProcess.connect(
         os.environ[ENGINE_ADDRESS], bytes.fromhex(os.environ[ENGINE_KEY]), on_lost=stop_this_process
     )
-    return create_app(engine, config, close_engine=True)
+    app = create_app(engine, config, close_engine=True)
+    freeze_startup_heap()
+    return app
 
 
 WORKER_APP = "voicewire.server.worker:create_worker_app"

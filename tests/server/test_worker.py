@@ -3,6 +3,7 @@
 
 import asyncio
 import contextlib
+import gc
 import os
 import re
 import signal
@@ -45,7 +46,11 @@ def test_a_worker_app_joins_the_engine_of_its_environment(tiny_checkpoints, monk
         assert worker_environment(engine, config) != environment  # a fresh shared secret each time
         for name, value in environment.items():
             monkeypatch.setenv(name, value)
-        app = create_worker_app()
+        try:
+            app = create_worker_app()
+            assert gc.get_freeze_count() > 0  # its start-up heap, out of the collector's walks
+        finally:
+            gc.unfreeze()  # the test process's, that is
         assert app.state.config == ServerConfig(max_contexts=2, token_secret=app.state.config.token_secret)
         assert len(app.state.config.token_secret) == 64
         runner = BackgroundServer(app)
@@ -158,7 +163,10 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
             process.kill()
             process.wait()
     _gone(children, 15)
-    assert f"with {workers} worker(s)" in (tmp_path / "serve.log").read_text()
+    log = (tmp_path / "serve.log").read_text()
+    assert f"with {workers} worker(s)" in log
+    # The engine process and each process that serves sockets froze their start-up heaps.
+    assert len(re.findall(r"froze \d+ start-up objects", log)) == 1 + workers
 
 
 def _worker_pids(process: subprocess.Popen, tmp_path: Path) -> list[int]:
