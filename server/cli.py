@@ -261,6 +261,7 @@ def _bench(args: argparse.Namespace) -> int:
         import torch
 
         from voicewire.engine import Engine
+        from voicewire.engine.gc_pauses import freeze_startup_heap
         from voicewire.server.app import BackgroundServer, create_app
         from voicewire.server.config import ServerConfig
 
@@ -269,6 +270,7 @@ def _bench(args: argparse.Namespace) -> int:
         server_config = ServerConfig(max_sessions=max(levels) + 8, max_sessions_per_key=max(levels) + 8)
         server = BackgroundServer(create_app(engine, server_config))
         url = f"ws://127.0.0.1:{server.start()}"
+        freeze_startup_heap()  # as each process of `voicewire serve` does
     try:
         load = Load(
             url, args.frames, args.text_rate, first_speaker(url), args.sessions_per_stream, args.chunks
