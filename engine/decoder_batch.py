@@ -11,6 +11,7 @@ rows of new streams is graphed per bucket too.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import torch
@@ -109,6 +110,7 @@ class BatchedDecoder:
         # picks. Only while capturing: elsewhere (the encoders) every new length would be timed.
         benchmark = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = True
+        started = time.monotonic()
         try:
             for b in reversed(self.buckets):
                 for n in GRAPH_FRAMES:
@@ -116,6 +118,12 @@ class BatchedDecoder:
                 self._reset_graph(b)
         finally:
             torch.backends.cudnn.benchmark = benchmark
+        log.info(
+            "captured %d decoder graphs and %d row resets in %.1f s",
+            len(self._graphs),
+            len(self._reset_graphs or {}),
+            time.monotonic() - started,
+        )
 
     def _decode_eager(self, rows: Tensor, codes: Tensor) -> Tensor:
         part = self.state.select(rows)

@@ -14,6 +14,7 @@ import itertools
 import logging
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,7 +155,9 @@ class Engine:
             config = EngineConfig.from_yaml(config, **overrides)
         elif overrides:
             config = dataclasses.replace(config, **overrides)
+        started = time.monotonic()
         model = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)
+        log.info("loaded %s on %s in %.1f s", model.folder, model.device, time.monotonic() - started)
         if model.is_builtin_tiny:
             log.warning(
                 "model 'tiny' is a random checkpoint: it exercises the pipeline but does not speak words"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -361,10 +362,12 @@ class FrameStepper:
         stream is live."""
         assert self._graphs is not None and self.buckets is not None and self.prefill_buckets is not None
         assert self.spans is not None
+        started = time.monotonic()
         for b in reversed(self.buckets):
             for span in reversed(self.spans):
                 self._graph(b, Draw.TOP_K, span)
             self._graph(b, Draw.FULL, self.kv_length)
+        steps_done = time.monotonic()
         batches, lengths = self.prefill_buckets
         self.prefill_meta.zero_()
         self.prefill_meta[:, 2] = 1
@@ -374,7 +377,13 @@ class FrameStepper:
                 graph = cuda_graphs.capture(run, self.device, self._pool)
                 self._pool = graph.pool()
                 self._prefill_graphs[(b, t)] = graph
-        log.debug("captured %d prefill graphs", len(self._prefill_graphs))
+        log.info(
+            "captured %d frame-step graphs in %.1f s and %d prefill graphs in %.1f s",
+            len(self._graphs),
+            steps_done - started,
+            len(self._prefill_graphs),
+            time.monotonic() - steps_done,
+        )
 
     def _graph(self, b: int, draw: Draw, span: int) -> torch.cuda.CUDAGraph:
         graph = self._graphs.get((b, draw, span)) if self._graphs is not None else None

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -179,9 +180,10 @@ async def _warm_up(engine: AnyEngine) -> None:
             pass
         return (await stream.wait()).reason
 
+    started = time.monotonic()
     reasons = [await one()]
     reasons += await asyncio.gather(*(one() for _ in range(min(3, engine.config.max_streams))))
-    log.info("engine warm: %s", ", ".join(reasons))
+    log.info("engine warm in %.1f s: %s", time.monotonic() - started, ", ".join(reasons))
 
 
 def uvicorn_options(config: ServerConfig) -> dict[str, Any]:
@@ -205,8 +207,6 @@ class BackgroundServer:
         self.port = 0
 
     def start(self, timeout: float = 60.0) -> int:
-        import time
-
         self.thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:

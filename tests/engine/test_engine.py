@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import logging
 import random
 import time
 
@@ -345,9 +346,11 @@ async def _open(engine: Engine, voice):
     return engine.open_stream(voice)
 
 
-def test_the_documented_example_runs() -> None:
+def test_the_documented_example_runs(caplog: pytest.LogCaptureFixture) -> None:
     from voicewire.engine import Engine as PublicEngine
     from voicewire.engine import StreamOptions as PublicOptions
+
+    caplog.set_level(logging.INFO, logger="voicewire.engine.engine")
 
     async def main():
         with PublicEngine.from_config("configs/cpu.yaml", max_streams=2) as engine:
@@ -364,3 +367,7 @@ def test_the_documented_example_runs() -> None:
         c.pcm.shape[0] for c in chunks
     )
     assert chunks[-1].final and chunks[0].offset == 0
+    # start-up is timed in the log, phase by phase (the CUDA graph captures log theirs too)
+    assert any(
+        r.getMessage().startswith("loaded ") and " on cpu in " in r.getMessage() for r in caplog.records
+    )
