@@ -24,8 +24,10 @@ log = logging.getLogger(__name__)
 
 GRAPH_FRAMES = (8, 4, 2, 1)  # frame counts with a graph, largest first: any count is a sum of them
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
-# cuDNN candidates timed per conv shape while capturing (docs/benchmarks.md, "Start-up time")
+# cuDNN candidates timed per conv shape while capturing batches over FEW_CANDIDATES_ABOVE rows
+# (docs/benchmarks.md, "Start-up time"); smaller batches time cuDNN's default number
 CUDNN_CANDIDATES = 3
+FEW_CANDIDATES_ABOVE = 64
 
 
 def split_frames(n: int) -> list[int]:
@@ -110,13 +112,14 @@ class BatchedDecoder:
         # cuDNN's heuristics picked a direct kernel for one dilated channels-last conv shape that
         # ran 1.4 s instead of 2 ms; timing the candidates once per captured shape avoids such
         # picks. Only while capturing: elsewhere (the encoders) every new length would be timed.
-        # Timing its first 3 candidates, not 10, picks as well and captures 3x faster.
+        # Above FEW_CANDIDATES_ABOVE rows it times only its first CUDNN_CANDIDATES candidates: the
+        # other ones of the default 10 cost most of the start, for picks 2% faster at most there.
         benchmark, limit = torch.backends.cudnn.benchmark, torch.backends.cudnn.benchmark_limit
         torch.backends.cudnn.benchmark = True
-        torch.backends.cudnn.benchmark_limit = CUDNN_CANDIDATES
         started = time.monotonic()
         try:
             for b in reversed(self.buckets):
+                torch.backends.cudnn.benchmark_limit = CUDNN_CANDIDATES if b > FEW_CANDIDATES_ABOVE else limit
                 for n in GRAPH_FRAMES:
                     self._graph(b, n)
                 self._reset_graph(b)
