@@ -299,6 +299,11 @@ class DecoderStack(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
         """x [B, T, H] at positions [B, T] -> normed hidden states [B, T, H]."""
+        if pointwise.fusion_enabled():
+            from voicewire.engine import fused_layer  # Triton, which CUDA builds of torch carry
+
+            if fused_layer.applies(x):
+                return fused_layer.stack_forward(self, x, positions, cache)
         groups = self.cfg.num_heads // self.cfg.num_kv_heads
         span = cache.length
         cos, sin, bias = attention_inputs(positions, cache.cos, cache.sin, span, groups, x.dtype)

@@ -1,0 +1,375 @@
+"""A decoder layer in five Triton kernels, for steps of a few rows (CUDA, fusion on).
+
+At one stream a frame runs 103 layer passes (28 talker layers, then the code predictor's 5 layers
+15 times), and launch-bound kernels, not weight reads, set its time: the unfused layer is about a
+dozen kernels. Here a layer is
+
+1. residual sum + RMSNorm + the q/k/v projection (the norm computed in each program's prologue),
+2. q/k norm + RoPE + the k/v cache write + attention over the span, one program per key head,
+3. the output projection,
+4. residual sum + RMSNorm + the gate/up projection with SiLU(gate) * up in its epilogue,
+5. the down projection,
+
+and each projection is a GEMV that reads every weight once for all rows. Only the order of float
+sums differs from the unfused layer (`layers.DecoderLayer`), which stays the path for larger
+batches, prefills and CPUs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from voicewire.engine.layers import DecoderLayer, DecoderStack, KVCache
+
+MAX_ROWS = 8  # batch rows x new positions; above this cuBLAS's GEMMs win
+MAX_QUERY_ROWS = 16  # query rows per key head (groups x new positions) the attention kernel tiles
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr,
+    delta_ptr,
+    sum_ptr,
+    norm_ptr,
+    w_ptr,
+    out_ptr,
+    m,
+    n,
+    eps,
+    K: tl.constexpr,
+    HAS_DELTA: tl.constexpr,
+    NORM: tl.constexpr,
+    GATED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """out[m, n] = h[m, :] @ w[n, :], h = x (+ delta, written to sum) (RMS-normed and scaled by
+    norm). GATED: w holds gate rows then up rows, and out = SiLU(h @ gate) * (h @ up)."""
+    pid = tl.program_id(0)
+    dtype = x_ptr.dtype.element_ty
+    rows = tl.arange(0, BLOCK_M)
+    row_ok = rows < m
+    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n
+    ks = tl.arange(0, BLOCK_K)
+
+    inv = tl.zeros([BLOCK_M], tl.float32)
+    if NORM:
+        squares = tl.zeros([BLOCK_M], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            at = rows[:, None] * K + (k0 + ks)[None, :]
+            ok = row_ok[:, None] & (k0 + ks < K)[None, :]
+            h = tl.load(x_ptr + at, mask=ok, other=0.0)
+            if HAS_DELTA:
+                # The residual sum rounds to the model's dtype, as the unfused sum does.
+                h = (h.to(tl.float32) + tl.load(delta_ptr + at, mask=ok, other=0.0).to(tl.float32)).to(dtype)
+                if pid == 0:
+                    tl.store(sum_ptr + at, h, mask=ok)
+            h32 = h.to(tl.float32)
+            squares += tl.sum(h32 * h32, axis=1)
+        inv = 1.0 / tl.sqrt(squares / K + eps)
+
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_ok = k0 + ks < K
+        at = rows[:, None] * K + (k0 + ks)[None, :]
+        ok = row_ok[:, None] & k_ok[None, :]
+        h = tl.load(x_ptr + at, mask=ok, other=0.0)
+        if HAS_DELTA:
+            h = (h.to(tl.float32) + tl.load(delta_ptr + at, mask=ok, other=0.0).to(tl.float32)).to(dtype)
+        if NORM:
+            # Normalized in float32, cast, then scaled in the model's dtype (Qwen's order).
+            h = (h.to(tl.float32) * inv[:, None]).to(dtype)
+            scale = tl.load(norm_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
+            h = (h.to(tl.float32) * scale[None, :]).to(dtype)
+        h32 = h.to(tl.float32)[:, None, :]
+        w_at = cols[:, None] * K + (k0 + ks)[None, :]
+        w_ok = col_ok[:, None] & k_ok[None, :]
+        w = tl.load(w_ptr + w_at, mask=w_ok, other=0.0)
+        acc += tl.sum(h32 * w.to(tl.float32)[None, :, :], axis=2)
+        if GATED:
+            up = tl.load(w_ptr + n * K + w_at, mask=w_ok, other=0.0)
+            acc_up += tl.sum(h32 * up.to(tl.float32)[None, :, :], axis=2)
+
+    if GATED:
+        gate = acc.to(dtype).to(tl.float32)
+        acc = gate * tl.sigmoid(gate) * acc_up.to(dtype).to(tl.float32)
+    out_at = rows[:, None] * n + cols[None, :]
+    tl.store(out_ptr + out_at, acc.to(dtype), mask=row_ok[:, None] & col_ok[None, :])
+
+
+def _gemv_blocks(n: int, k: int, m: int) -> tuple[int, int]:
+    """(BLOCK_N, BLOCK_K): enough programs to cover the SMs with weight reads in flight, and a
+    [rows, BLOCK_N, BLOCK_K] product that stays in registers."""
+    block_k = min(256, triton.next_power_of_2(k))
+    block_n = 16 if n >= 4096 else 8 if n >= 2048 else 4
+    while m * block_n * block_k > 8192 and block_k > 64:
+        block_k //= 2
+    return block_n, block_k
+
+
+def gemv(
+    x: Tensor,
+    weight: Tensor,
+    delta: Tensor | None = None,
+    norm: Tensor | None = None,
+    eps: float = 0.0,
+    gated: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """x [..., K] (+ delta), RMS-normed with `norm` [K] if given, times weight [N, K]^T ->
+    (out [..., N], or [..., N / 2] when `gated`; the residual sum x + delta, or None)."""
+    k = x.shape[-1]
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    n = weight.shape[0] // 2 if gated else weight.shape[0]
+    if m > MAX_ROWS:
+        raise ValueError(f"gemv takes at most {MAX_ROWS} rows, got {m}")
+    if weight.shape[1] != k or (gated and weight.shape[0] % 2):
+        raise ValueError(f"weight {tuple(weight.shape)} does not fit input width {k} (gated={gated})")
+    if delta is not None and norm is None:
+        raise ValueError("a residual sum is only taken ahead of a norm")
+    out = torch.empty(m, n, device=x.device, dtype=x.dtype)
+    total = torch.empty_like(x2) if delta is not None else None
+    block_n, block_k = _gemv_blocks(n, k, triton.next_power_of_2(m))
+    _gemv_kernel[(triton.cdiv(n, block_n),)](
+        x2.contiguous(),
+        delta.reshape(-1, k).contiguous() if delta is not None else x2,
+        total if total is not None else out,
+        norm if norm is not None else weight,
+        weight,
+        out,
+        m,
+        n,
+        eps,
+        K=k,
+        HAS_DELTA=delta is not None,
+        NORM=norm is not None,
+        GATED=gated,
+        BLOCK_M=triton.next_power_of_2(m),
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+    )
+    return out.reshape(*lead, n), (total.reshape(x.shape) if total is not None else None)
+
+
+@triton.jit
+def _attention_kernel(
+    qkv_ptr,
+    q_norm_ptr,
+    k_norm_ptr,
+    cos_ptr,
+    sin_ptr,
+    pos_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    out_ptr,
+    eps,
+    scale,
+    cache_b,
+    cache_h,
+    SPAN: tl.constexpr,
+    T: tl.constexpr,
+    HEADS: tl.constexpr,
+    KV: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):
+    """One (batch row, key head): norm + RoPE of its new keys, which go with their values to the
+    cache at the rows' positions, then its G x T query rows (normed, rotated) attend over cache
+    positions [0, span) that are <= their own position, with a streaming softmax."""
+    b = tl.program_id(0)
+    j = tl.program_id(1)
+    dtype = k_cache_ptr.dtype.element_ty
+    G: tl.constexpr = HEADS // KV
+    HALF: tl.constexpr = D // 2
+    width: tl.constexpr = (HEADS + 2 * KV) * D
+    dd = tl.arange(0, D)
+    # NeoX rotation: x * cos + [-x2, x1] * sin, x1/x2 the halves of x.
+    partner = (dd + HALF) % D
+    sign = tl.where(dd < HALF, -1.0, 1.0)
+    cache_at = b * cache_b + j * cache_h
+
+    k_w = tl.load(k_norm_ptr + dd).to(tl.float32)
+    k_w_partner = tl.load(k_norm_ptr + partner).to(tl.float32)
+    for t in tl.static_range(T):
+        row = b * T + t
+        pos = tl.load(pos_ptr + row)
+        key_at = qkv_ptr + row * width + (HEADS + j) * D
+        key = tl.load(key_at + dd).to(tl.float32)
+        key_partner = tl.load(key_at + partner).to(tl.float32)
+        inv = 1.0 / tl.sqrt(tl.sum(key * key, axis=0) / D + eps)
+        key = ((key * inv).to(dtype).to(tl.float32) * k_w).to(dtype).to(tl.float32)
+        key_partner = ((key_partner * inv).to(dtype).to(tl.float32) * k_w_partner).to(dtype).to(tl.float32)
+        cos = tl.load(cos_ptr + row * D + dd)
+        sin = tl.load(sin_ptr + row * D + dd)
+        rotated = (key * cos + sign * key_partner * sin).to(dtype)
+        value = tl.load(qkv_ptr + row * width + (HEADS + KV + j) * D + dd)
+        tl.store(k_cache_ptr + cache_at + pos * D + dd, rotated)
+        tl.store(v_cache_ptr + cache_at + pos * D + dd, value)
+    # The loads below read what this program's threads just wrote.
+    tl.debug_barrier()
+
+    r = tl.arange(0, BLOCK_R)
+    r_ok = r < G * T
+    head = j * G + r // T
+    q_row = b * T + r % T
+    q_pos = tl.load(pos_ptr + q_row, mask=r_ok, other=0)  # padding rows see position 0 only
+    q_at = qkv_ptr + q_row[:, None] * width + head[:, None] * D
+    query = tl.load(q_at + dd[None, :], mask=r_ok[:, None], other=0.0).to(tl.float32)
+    query_partner = tl.load(q_at + partner[None, :], mask=r_ok[:, None], other=0.0).to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(query * query, axis=1) / D + eps)
+    q_w = tl.load(q_norm_ptr + dd).to(tl.float32)
+    q_w_partner = tl.load(q_norm_ptr + partner).to(tl.float32)
+    query = ((query * inv[:, None]).to(dtype).to(tl.float32) * q_w[None, :]).to(dtype).to(tl.float32)
+    query_partner = (
+        ((query_partner * inv[:, None]).to(dtype).to(tl.float32) * q_w_partner[None, :])
+        .to(dtype)
+        .to(tl.float32)
+    )
+    cos = tl.load(cos_ptr + q_row[:, None] * D + dd[None, :], mask=r_ok[:, None], other=0.0)
+    sin = tl.load(sin_ptr + q_row[:, None] * D + dd[None, :], mask=r_ok[:, None], other=0.0)
+    query = (query * cos + sign[None, :] * query_partner * sin).to(dtype)
+
+    best = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    total = tl.zeros([BLOCK_R], tl.float32)
+    acc = tl.zeros([BLOCK_R, D], tl.float32)
+    for l0 in range(0, SPAN, BLOCK_L):
+        slots = l0 + tl.arange(0, BLOCK_L)
+        in_span = slots < SPAN
+        keys = tl.load(
+            k_cache_ptr + cache_at + slots[None, :] * D + dd[:, None], mask=in_span[None, :], other=0.0
+        )
+        # Scores round to the cache's dtype, as the unfused matmul's output does.
+        scores = tl.dot(query, keys).to(dtype).to(tl.float32) * scale
+        visible = (slots[None, :] <= q_pos[:, None]) & in_span[None, :]
+        scores = tl.where(visible, scores, float("-inf"))
+        new_best = tl.maximum(best, tl.max(scores, axis=1))
+        weights = tl.exp(scores - new_best[:, None])
+        shrink = tl.exp(best - new_best)
+        total = total * shrink + tl.sum(weights, axis=1)
+        values = tl.load(
+            v_cache_ptr + cache_at + slots[:, None] * D + dd[None, :], mask=in_span[:, None], other=0.0
+        )
+        acc = acc * shrink[:, None] + tl.dot(weights.to(dtype), values)
+        best = new_best
+    out_at = out_ptr + q_row[:, None] * (HEADS * D) + head[:, None] * D + dd[None, :]
+    tl.store(out_at, (acc / total[:, None]).to(dtype), mask=r_ok[:, None])
+
+
+def attend(
+    qkv: Tensor,
+    q_norm: Tensor,
+    k_norm: Tensor,
+    eps: float,
+    cos: Tensor,
+    sin: Tensor,
+    positions: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    span: int,
+    heads: int,
+) -> Tensor:
+    """qkv [B, T, (heads + 2 kv) d] from the stacked projection, cos/sin [B, T, d] float32 and
+    positions [B, T] -> attention output [B, T, heads d]; writes the new keys and values at each
+    row's positions of the caches [B, kv, L, d] (whole, contiguous tensors)."""
+    b, t, _ = qkv.shape
+    _, kv, length, d = k_cache.shape
+    groups = heads // kv
+    if groups * t > MAX_QUERY_ROWS:
+        raise ValueError(f"{groups} x {t} query rows per key head exceed {MAX_QUERY_ROWS}")
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("the caches must be contiguous (the kernel writes them in place)")
+    if span > length:
+        raise ValueError(f"span {span} exceeds the cache length {length}")
+    out = torch.empty(b, t, heads * d, device=qkv.device, dtype=qkv.dtype)
+    _attention_kernel[(b, kv)](
+        qkv.contiguous(),
+        q_norm,
+        k_norm,
+        cos.contiguous(),
+        sin.contiguous(),
+        positions.contiguous(),
+        k_cache,
+        v_cache,
+        out,
+        eps,
+        d**-0.5,
+        kv * length * d,
+        length * d,
+        SPAN=span,
+        T=t,
+        HEADS=heads,
+        KV=kv,
+        D=d,
+        BLOCK_R=max(16, triton.next_power_of_2(groups * t)),
+        BLOCK_L=min(64, max(16, triton.next_power_of_2(span))),
+    )
+    return out
+
+
+def applies(x: Tensor) -> bool:
+    """Whether `x` [B, T, H] is a step this path takes: on CUDA and at most MAX_ROWS rows."""
+    return x.is_cuda and x.shape[0] * x.shape[1] <= MAX_ROWS
+
+
+def layer_forward(
+    layer: DecoderLayer,
+    x: Tensor,
+    delta: Tensor | None,
+    cos: Tensor,
+    sin: Tensor,
+    positions: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    span: int,
+) -> tuple[Tensor, Tensor]:
+    """`DecoderLayer.forward` in five kernels: (x, delta) -> (x, this layer's output still to be
+    added)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    norm = layer.input_layernorm
+    qkv, total = gemv(x, attn.qkv_proj.weight, delta, norm.weight, norm.eps)
+    x = x if total is None else total
+    heads = attn.cfg.num_heads
+    out = attend(
+        qkv,
+        attn.q_norm.weight,
+        attn.k_norm.weight,
+        attn.q_norm.eps,
+        cos,
+        sin,
+        positions,
+        k_cache,
+        v_cache,
+        span,
+        heads,
+    )
+    out, _ = gemv(out, attn.o_proj.weight)
+    norm = layer.post_attention_layernorm
+    hidden, x = gemv(x, mlp.gate_up_proj.weight, out, norm.weight, norm.eps, gated=True)
+    assert x is not None
+    out, _ = gemv(hidden, mlp.down_proj.weight)
+    return x, out
+
+
+def stack_forward(stack: DecoderStack, x: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
+    """`DecoderStack.forward` through `layer_forward`: x [B, T, H] at positions [B, T] -> normed
+    hidden states [B, T, H]."""
+    from voicewire.engine import pointwise
+
+    cos, sin = cache.cos[positions], cache.sin[positions]
+    delta = None
+    for i, layer in enumerate(stack.layers):
+        x, delta = layer_forward(layer, x, delta, cos, sin, positions, cache.k[i], cache.v[i], cache.length)
+    if delta is None:
+        return stack.norm(x)
+    return pointwise.add_rms_norm(x, delta, stack.norm.weight, stack.norm.eps)[1]

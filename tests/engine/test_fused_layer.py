@@ -1,0 +1,149 @@
+"""The fused layer's Triton kernels (Triton's interpreter on CPU, see conftest) give what the
+unfused layer gives: the same projections, the same KV writes and nothing else written, the same
+attention, and whole stacks that agree."""
+
+import pytest
+import torch
+
+from voicewire.engine import fused_layer, pointwise
+from voicewire.engine.layers import (
+    DecoderConfig,
+    DecoderStack,
+    KVCache,
+    attention_inputs,
+    grouped_attention,
+    rope_tables,
+    scaled_init_,
+)
+
+# head_dim 16: the smallest tile tl.dot takes. 96 is not a power of two: masked tails.
+CFG = DecoderConfig(
+    hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+    rms_norm_eps=1e-6, rope_theta=10000.0,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8])
+def test_gemv_equals_norm_then_matmul(rows: int) -> None:
+    gen = torch.Generator().manual_seed(rows)
+    x, delta = torch.randn(rows, 96, generator=gen), torch.randn(rows, 96, generator=gen)
+    weight = torch.randn(40, 96, generator=gen) / 10
+    norm = 1 + 0.1 * torch.randn(96, generator=gen)
+
+    out, total = fused_layer.gemv(x, weight)
+    torch.testing.assert_close(out, x @ weight.T)
+    assert total is None
+
+    out, _ = fused_layer.gemv(x, weight, norm=norm, eps=1e-6)
+    torch.testing.assert_close(out, pointwise.rms_norm(x, norm, 1e-6) @ weight.T)
+
+    out, total = fused_layer.gemv(x, weight, delta, norm, 1e-6, gated=True)
+    want_total, h = pointwise.add_rms_norm(x, delta, norm, 1e-6)
+    torch.testing.assert_close(total, want_total)
+    torch.testing.assert_close(out, pointwise.silu_mul(*(h @ weight.T).split(20, dim=-1)))
+    assert out.shape == (rows, 20)
+
+
+def test_gemv_in_bfloat16_rounds_like_the_unfused_layer() -> None:
+    gen = torch.Generator().manual_seed(9)
+    x, delta = (torch.randn(2, 1, 128, generator=gen).bfloat16() for _ in range(2))
+    weight = (torch.randn(64, 128, generator=gen) / 11).bfloat16()
+    norm = (1 + 0.1 * torch.randn(128, generator=gen)).bfloat16()
+    out, total = fused_layer.gemv(x, weight, delta, norm, 1e-6)
+    want_total, h = pointwise.add_rms_norm(x, delta, norm, 1e-6)
+    # The same sum. Triton's interpreter casts to bfloat16 by truncation, CUDA rounds to nearest.
+    torch.testing.assert_close(total, want_total, atol=0, rtol=2**-7)
+    assert out.shape == (2, 1, 64) and out.dtype == torch.bfloat16
+    # Only the order of the float32 sums differs: within one bfloat16 step of the result.
+    torch.testing.assert_close(out, (h.float() @ weight.float().T).bfloat16(), atol=0.02, rtol=0.01)
+
+
+def test_gemv_refuses_what_it_cannot_do() -> None:
+    x = torch.randn(9, 16)
+    with pytest.raises(ValueError, match="at most 8 rows"):
+        fused_layer.gemv(x, torch.randn(4, 16))
+    with pytest.raises(ValueError, match="does not fit input width 16"):
+        fused_layer.gemv(x[:2], torch.randn(4, 12))
+    with pytest.raises(ValueError, match="only taken ahead of a norm"):
+        fused_layer.gemv(x[:2], torch.randn(4, 16), delta=x[:2])
+
+
+def _unfused_attention(qkv, q_norm, k_norm, positions, k_cache, v_cache, span, cos_table, sin_table):
+    b, t, _ = qkv.shape
+    h, kv, d = CFG.num_heads, CFG.num_kv_heads, CFG.head_dim
+    q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)
+    cos, sin, bias = attention_inputs(positions, cos_table, sin_table, span, h // kv, qkv.dtype)
+    q = pointwise.qk_norm_rope_store(
+        q.reshape(b, t, h, d), k.reshape(b, t, kv, d), v.reshape(b, t, kv, d), q_norm, k_norm,
+        CFG.rms_norm_eps, cos, sin, positions, k_cache, v_cache,
+    )  # fmt: skip
+    out = grouped_attention(q, k_cache[:, :, :span], v_cache[:, :, :span], bias)
+    return out.transpose(1, 2).reshape(b, t, -1)
+
+
+@pytest.mark.parametrize(
+    ("t", "span", "positions"), [(1, 80, [[3], [70], [41]]), (2, 48, [[0, 1], [20, 21], [46, 47]])]
+)
+def test_attention_equals_unfused_and_writes_only_its_positions(t: int, span: int, positions: list) -> None:
+    gen = torch.Generator().manual_seed(t)
+    b, h, kv, d, length = 3, CFG.num_heads, CFG.num_kv_heads, CFG.head_dim, 80
+    qkv = torch.randn(b, t, (h + 2 * kv) * d, generator=gen)
+    q_norm, k_norm = 1 + 0.1 * torch.randn(d, generator=gen), 1 + 0.1 * torch.randn(d, generator=gen)
+    k_cache, v_cache = (
+        torch.randn(b, kv, length, d, generator=gen),
+        torch.randn(b, kv, length, d, generator=gen),
+    )
+    pos = torch.tensor(positions)
+    cos_table, sin_table = rope_tables(d, CFG.rope_theta, torch.arange(length))
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    want = _unfused_attention(qkv, q_norm, k_norm, pos, want_k, want_v, span, cos_table, sin_table)
+
+    out = fused_layer.attend(
+        qkv, q_norm, k_norm, CFG.rms_norm_eps, cos_table[pos], sin_table[pos], pos, k_cache, v_cache, span, h
+    )
+    torch.testing.assert_close(k_cache, want_k)  # the new keys at their positions, all else untouched
+    assert torch.equal(v_cache, want_v)
+    torch.testing.assert_close(out, want)
+
+
+def test_attention_refuses_a_span_past_the_cache_and_too_many_query_rows() -> None:
+    qkv = torch.randn(1, 1, 8 * 16)
+    cache = torch.zeros(1, 2, 16, 16)
+    args = (
+        torch.ones(16),
+        torch.ones(16),
+        1e-6,
+        torch.ones(1, 1, 16),
+        torch.zeros(1, 1, 16),
+        torch.zeros(1, 1, dtype=torch.long),
+    )
+    with pytest.raises(ValueError, match="span 17 exceeds the cache length 16"):
+        fused_layer.attend(qkv, *args, cache, cache.clone(), 17, 4)
+    with pytest.raises(ValueError, match="exceed 16"):
+        fused_layer.attend(
+            torch.randn(1, 3, 40 * 16), *args, torch.zeros(1, 4, 16, 16), torch.zeros(1, 4, 16, 16), 8, 32
+        )
+
+
+def test_stack_forward_equals_the_unfused_stack() -> None:
+    stack = DecoderStack(CFG)
+    scaled_init_(stack, torch.Generator().manual_seed(3))
+    gen = torch.Generator().manual_seed(4)
+    cache = stack.new_cache(2, 32)
+    with torch.inference_mode():
+        # A prompt of 6 positions, then a one-position step and a two-position one (the code
+        # predictor's first), each run both ways from the same cache.
+        stack(torch.randn(2, 6, CFG.hidden_size, generator=gen), torch.arange(6).expand(2, 6), cache)
+        for positions in (torch.tensor([[6], [6]]), torch.tensor([[6, 7], [6, 7]])):
+            x = torch.randn(2, positions.shape[1], CFG.hidden_size, generator=gen)
+            fused_cache = KVCache(cache.k.clone(), cache.v.clone(), cache.cos, cache.sin, span=16)
+            unfused_cache = KVCache(cache.k.clone(), cache.v.clone(), cache.cos, cache.sin, span=16)
+            got = fused_layer.stack_forward(stack, x, positions, fused_cache)
+            want = stack(x, positions, unfused_cache)
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(fused_cache.k, unfused_cache.k)
+            torch.testing.assert_close(fused_cache.v, unfused_cache.v)
+
+
+def test_the_fused_path_is_for_cuda_only() -> None:
+    assert not fused_layer.applies(torch.zeros(1, 1, 8))
