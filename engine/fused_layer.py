@@ -25,7 +25,7 @@ import triton.language as tl
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from voicewire.engine.layers import DecoderLayer, DecoderStack, KVCache
+    from voicewire.engine.layers import DecoderConfig, DecoderLayer, DecoderStack, KVCache
 
 MAX_ROWS = 8  # batch rows x new positions; above this cuBLAS's GEMMs win
 MAX_QUERY_ROWS = 16  # query rows per key head (groups x new positions) the attention kernel tiles
@@ -183,6 +183,7 @@ def _attention_kernel(
     D: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_L: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     """One (batch row, key head): norm + RoPE of its new keys, which go with their values to the
     cache at the rows' positions, then its G x T query rows (normed, rotated) attend over cache
@@ -250,7 +251,11 @@ def _attention_kernel(
             k_cache_ptr + cache_at + slots[None, :] * D + dd[:, None], mask=in_span[None, :], other=0.0
         )
         # Scores round to the cache's dtype, as the unfused matmul's output does.
-        scores = tl.dot(query, keys).to(dtype).to(tl.float32) * scale
+        if IEEE:  # float32 models: no TF32 products, as in the unfused matmul
+            scores = tl.dot(query, keys, input_precision="ieee")
+        else:
+            scores = tl.dot(query, keys)
+        scores = scores.to(dtype).to(tl.float32) * scale
         visible = (slots[None, :] <= q_pos[:, None]) & in_span[None, :]
         scores = tl.where(visible, scores, float("-inf"))
         new_best = tl.maximum(best, tl.max(scores, axis=1))
@@ -260,7 +265,10 @@ def _attention_kernel(
         values = tl.load(
             v_cache_ptr + cache_at + slots[:, None] * D + dd[None, :], mask=in_span[:, None], other=0.0
         )
-        acc = acc * shrink[:, None] + tl.dot(weights.to(dtype), values)
+        if IEEE:
+            acc = acc * shrink[:, None] + tl.dot(weights.to(dtype), values, input_precision="ieee")
+        else:
+            acc = acc * shrink[:, None] + tl.dot(weights.to(dtype), values)
         best = new_best
     out_at = out_ptr + q_row[:, None] * (HEADS * D) + head[:, None] * D + dd[None, :]
     tl.store(out_at, (acc / total[:, None]).to(dtype), mask=r_ok[:, None])
@@ -313,13 +321,23 @@ def attend(
         D=d,
         BLOCK_R=max(16, triton.next_power_of_2(groups * t)),
         BLOCK_L=min(64, max(16, triton.next_power_of_2(span))),
+        IEEE=qkv.dtype == torch.float32,
     )
     return out
 
 
-def applies(x: Tensor) -> bool:
-    """Whether `x` [B, T, H] is a step this path takes: on CUDA and at most MAX_ROWS rows."""
-    return x.is_cuda and x.shape[0] * x.shape[1] <= MAX_ROWS
+def applies(x: Tensor, cfg: DecoderConfig) -> bool:
+    """Whether `x` [B, T, H] is a step this path takes: on CUDA, at most MAX_ROWS rows, and a head
+    size the attention tiles take (a power of two, 16 or more)."""
+    rows_per_head = cfg.num_heads // cfg.num_kv_heads * x.shape[1]
+    d = cfg.head_dim
+    return (
+        x.is_cuda
+        and x.shape[0] * x.shape[1] <= MAX_ROWS
+        and rows_per_head <= MAX_QUERY_ROWS
+        and d >= 16
+        and d & (d - 1) == 0
+    )
 
 
 def layer_forward(

@@ -302,7 +302,7 @@ class DecoderStack(nn.Module):
         if pointwise.fusion_enabled():
             from voicewire.engine import fused_layer  # Triton, which CUDA builds of torch carry
 
-            if fused_layer.applies(x):
+            if fused_layer.applies(x, self.cfg):
                 return fused_layer.stack_forward(self, x, positions, cache)
         groups = self.cfg.num_heads // self.cfg.num_kv_heads
         span = cache.length

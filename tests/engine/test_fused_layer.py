@@ -1,6 +1,6 @@
-"""The fused layer's Triton kernels (Triton's interpreter on CPU, see conftest) give what the
-unfused layer gives: the same projections, the same KV writes and nothing else written, the same
-attention, and whole stacks that agree."""
+"""The fused layer's Triton kernels give what the unfused layer gives: the same projections, the
+same KV writes and nothing else written, the same attention, and whole stacks that agree. On a
+GPU they run compiled; without one, in Triton's interpreter on CPU tensors (see conftest)."""
 
 import pytest
 import torch
@@ -16,6 +16,7 @@ from voicewire.engine.layers import (
     scaled_init_,
 )
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # head_dim 16: the smallest tile tl.dot takes. 96 is not a power of two: masked tails.
 CFG = DecoderConfig(
     hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
@@ -29,6 +30,7 @@ def test_gemv_equals_norm_then_matmul(rows: int) -> None:
     x, delta = torch.randn(rows, 96, generator=gen), torch.randn(rows, 96, generator=gen)
     weight = torch.randn(40, 96, generator=gen) / 10
     norm = 1 + 0.1 * torch.randn(96, generator=gen)
+    x, delta, weight, norm = (t.to(DEVICE) for t in (x, delta, weight, norm))
 
     out, total = fused_layer.gemv(x, weight)
     torch.testing.assert_close(out, x @ weight.T)
@@ -49,6 +51,7 @@ def test_gemv_in_bfloat16_rounds_like_the_unfused_layer() -> None:
     x, delta = (torch.randn(2, 1, 128, generator=gen).bfloat16() for _ in range(2))
     weight = (torch.randn(64, 128, generator=gen) / 11).bfloat16()
     norm = (1 + 0.1 * torch.randn(128, generator=gen)).bfloat16()
+    x, delta, weight, norm = (t.to(DEVICE) for t in (x, delta, weight, norm))
     out, total = fused_layer.gemv(x, weight, delta, norm, 1e-6)
     want_total, h = pointwise.add_rms_norm(x, delta, norm, 1e-6)
     # The same sum. Triton's interpreter casts to bfloat16 by truncation, CUDA rounds to nearest.
@@ -95,6 +98,9 @@ def test_attention_equals_unfused_and_writes_only_its_positions(t: int, span: in
     )
     pos = torch.tensor(positions)
     cos_table, sin_table = rope_tables(d, CFG.rope_theta, torch.arange(length))
+    qkv, q_norm, k_norm, k_cache, v_cache, pos, cos_table, sin_table = (
+        t.to(DEVICE) for t in (qkv, q_norm, k_norm, k_cache, v_cache, pos, cos_table, sin_table)
+    )
     want_k, want_v = k_cache.clone(), v_cache.clone()
     want = _unfused_attention(qkv, q_norm, k_norm, pos, want_k, want_v, span, cos_table, sin_table)
 
@@ -129,13 +135,16 @@ def test_stack_forward_equals_the_unfused_stack() -> None:
     stack = DecoderStack(CFG)
     scaled_init_(stack, torch.Generator().manual_seed(3))
     gen = torch.Generator().manual_seed(4)
+    stack.to(DEVICE)
     cache = stack.new_cache(2, 32)
     with torch.inference_mode():
         # A prompt of 6 positions, then a one-position step and a two-position one (the code
         # predictor's first), each run both ways from the same cache.
-        stack(torch.randn(2, 6, CFG.hidden_size, generator=gen), torch.arange(6).expand(2, 6), cache)
+        prompt = torch.randn(2, 6, CFG.hidden_size, generator=gen).to(DEVICE)
+        stack(prompt, torch.arange(6, device=DEVICE).expand(2, 6), cache)
         for positions in (torch.tensor([[6], [6]]), torch.tensor([[6, 7], [6, 7]])):
-            x = torch.randn(2, positions.shape[1], CFG.hidden_size, generator=gen)
+            positions = positions.to(DEVICE)
+            x = torch.randn(2, positions.shape[1], CFG.hidden_size, generator=gen).to(DEVICE)
             fused_cache = KVCache(cache.k.clone(), cache.v.clone(), cache.cos, cache.sin, span=16)
             unfused_cache = KVCache(cache.k.clone(), cache.v.clone(), cache.cos, cache.sin, span=16)
             got = fused_layer.stack_forward(stack, x, positions, fused_cache)
@@ -146,4 +155,4 @@ def test_stack_forward_equals_the_unfused_stack() -> None:
 
 
 def test_the_fused_path_is_for_cuda_only() -> None:
-    assert not fused_layer.applies(torch.zeros(1, 1, 8))
+    assert not fused_layer.applies(torch.zeros(1, 1, 8), CFG)
