@@ -27,7 +27,8 @@ from torch import Tensor
 if TYPE_CHECKING:
     from voicewire.engine.layers import DecoderConfig, DecoderLayer, DecoderStack, KVCache
 
-MAX_ROWS = 8  # batch rows x new positions; above this cuBLAS's GEMMs win
+MAX_ROWS = 2  # batch rows x new positions the fused layer takes; from 4 on cuBLAS's GEMMs win (H100)
+GEMV_ROWS = 8  # rows one GEMV program holds in registers
 MAX_QUERY_ROWS = 16  # query rows per key head (groups x new positions) the attention kernel tiles
 
 
@@ -51,7 +52,11 @@ def _gemv_kernel(
     BLOCK_K: tl.constexpr,
 ):
     """out[m, n] = h[m, :] @ w[n, :], h = x (+ delta, written to sum) (RMS-normed and scaled by
-    norm). GATED: w holds gate rows then up rows, and out = SiLU(h @ gate) * (h @ up)."""
+    norm). GATED: w holds gate rows then up rows, and out = SiLU(h @ gate) * (h @ up).
+
+    One pass over K: the norm's 1/rms is a per-row factor, so it scales the sums at the end, and
+    the squares are summed with them. A first pass for the norm would add its load latency to
+    every projection; at a few rows that latency, not bandwidth, is the cost."""
     pid = tl.program_id(0)
     dtype = x_ptr.dtype.element_ty
     rows = tl.arange(0, BLOCK_M)
@@ -60,22 +65,7 @@ def _gemv_kernel(
     col_ok = cols < n
     ks = tl.arange(0, BLOCK_K)
 
-    inv = tl.zeros([BLOCK_M], tl.float32)
-    if NORM:
-        squares = tl.zeros([BLOCK_M], tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            at = rows[:, None] * K + (k0 + ks)[None, :]
-            ok = row_ok[:, None] & (k0 + ks < K)[None, :]
-            h = tl.load(x_ptr + at, mask=ok, other=0.0)
-            if HAS_DELTA:
-                # The residual sum rounds to the model's dtype, as the unfused sum does.
-                h = (h.to(tl.float32) + tl.load(delta_ptr + at, mask=ok, other=0.0).to(tl.float32)).to(dtype)
-                if pid == 0:
-                    tl.store(sum_ptr + at, h, mask=ok)
-            h32 = h.to(tl.float32)
-            squares += tl.sum(h32 * h32, axis=1)
-        inv = 1.0 / tl.sqrt(squares / K + eps)
-
+    squares = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -84,22 +74,28 @@ def _gemv_kernel(
         ok = row_ok[:, None] & k_ok[None, :]
         h = tl.load(x_ptr + at, mask=ok, other=0.0)
         if HAS_DELTA:
+            # The residual sum rounds to the model's dtype, as the unfused sum does.
             h = (h.to(tl.float32) + tl.load(delta_ptr + at, mask=ok, other=0.0).to(tl.float32)).to(dtype)
+            if pid == 0:
+                tl.store(sum_ptr + at, h, mask=ok)
+        h32 = h.to(tl.float32)
         if NORM:
-            # Normalized in float32, cast, then scaled in the model's dtype (Qwen's order).
-            h = (h.to(tl.float32) * inv[:, None]).to(dtype)
-            scale = tl.load(norm_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
-            h = (h.to(tl.float32) * scale[None, :]).to(dtype)
-        h32 = h.to(tl.float32)[:, None, :]
+            squares += tl.sum(h32 * h32, axis=1)
+            h32 = h32 * tl.load(norm_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)[None, :]
         w_at = cols[:, None] * K + (k0 + ks)[None, :]
         w_ok = col_ok[:, None] & k_ok[None, :]
         w = tl.load(w_ptr + w_at, mask=w_ok, other=0.0)
-        acc += tl.sum(h32 * w.to(tl.float32)[None, :, :], axis=2)
+        acc += tl.sum(h32[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
         if GATED:
             up = tl.load(w_ptr + n * K + w_at, mask=w_ok, other=0.0)
-            acc_up += tl.sum(h32 * up.to(tl.float32)[None, :, :], axis=2)
+            acc_up += tl.sum(h32[:, None, :] * up.to(tl.float32)[None, :, :], axis=2)
 
+    if NORM:
+        inv = 1.0 / tl.sqrt(squares / K + eps)
+        acc = acc * inv[:, None]
+        acc_up = acc_up * inv[:, None]
     if GATED:
+        # Gate and up round to the model's dtype first, as the unfused projection's outputs do.
         gate = acc.to(dtype).to(tl.float32)
         acc = gate * tl.sigmoid(gate) * acc_up.to(dtype).to(tl.float32)
     out_at = rows[:, None] * n + cols[None, :]
@@ -107,10 +103,11 @@ def _gemv_kernel(
 
 
 def _gemv_blocks(n: int, k: int, m: int) -> tuple[int, int]:
-    """(BLOCK_N, BLOCK_K): enough programs to cover the SMs with weight reads in flight, and a
-    [rows, BLOCK_N, BLOCK_K] product that stays in registers."""
-    block_k = min(256, triton.next_power_of_2(k))
-    block_n = 16 if n >= 4096 else 8 if n >= 2048 else 4
+    """(BLOCK_N, BLOCK_K), as timed on an H100 (docs/benchmarks.md, "The fused layer"): few output
+    columns and long K strips per program, then shorter strips where the rows' product would
+    spill registers."""
+    block_k = min(1024, triton.next_power_of_2(k))
+    block_n = 2 if n <= 4096 else 4
     while m * block_n * block_k > 8192 and block_k > 64:
         block_k //= 2
     return block_n, block_k
@@ -131,8 +128,8 @@ def gemv(
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
     n = weight.shape[0] // 2 if gated else weight.shape[0]
-    if m > MAX_ROWS:
-        raise ValueError(f"gemv takes at most {MAX_ROWS} rows, got {m}")
+    if m > GEMV_ROWS:
+        raise ValueError(f"gemv takes at most {GEMV_ROWS} rows, got {m}")
     if weight.shape[1] != k or (gated and weight.shape[0] % 2):
         raise ValueError(f"weight {tuple(weight.shape)} does not fit input width {k} (gated={gated})")
     if delta is not None and norm is None:
@@ -326,18 +323,21 @@ def attend(
     return out
 
 
-def applies(x: Tensor, cfg: DecoderConfig) -> bool:
-    """Whether `x` [B, T, H] is a step this path takes: on CUDA, at most MAX_ROWS rows, and a head
-    size the attention tiles take (a power of two, 16 or more)."""
-    rows_per_head = cfg.num_heads // cfg.num_kv_heads * x.shape[1]
+def attends(x: Tensor, cfg: DecoderConfig) -> bool:
+    """Whether `attend` takes a step of x [B, T, H]: on CUDA, at most MAX_QUERY_ROWS query rows per
+    key head, and a head size its tiles take (a power of two, 16 or more)."""
     d = cfg.head_dim
     return (
         x.is_cuda
-        and x.shape[0] * x.shape[1] <= MAX_ROWS
-        and rows_per_head <= MAX_QUERY_ROWS
+        and cfg.num_heads // cfg.num_kv_heads * x.shape[1] <= MAX_QUERY_ROWS
         and d >= 16
         and d & (d - 1) == 0
     )
+
+
+def applies(x: Tensor, cfg: DecoderConfig) -> bool:
+    """Whether the whole fused layer takes a step of x [B, T, H]: `attends` and at most MAX_ROWS rows."""
+    return x.shape[0] * x.shape[1] <= MAX_ROWS and attends(x, cfg)
 
 
 def layer_forward(

@@ -158,7 +158,18 @@ class Attention(nn.Module):
         [B, kv, L, d], and attention reads their first `span` positions."""
         b, t, _ = x.shape
         d = self.cfg.head_dim
-        q, k, v = self.qkv_proj.split(self.qkv_proj(x))
+        qkv = self.qkv_proj(x)
+        if pointwise.fusion_enabled():
+            from voicewire.engine import fused_layer  # Triton, which CUDA builds of torch carry
+
+            if fused_layer.attends(x, self.cfg):
+                q_norm, k_norm = self.q_norm, self.k_norm
+                out = fused_layer.attend(
+                    qkv, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, positions, k_cache, v_cache,
+                    span, self.cfg.num_heads,
+                )  # fmt: skip
+                return self.o_proj(out)
+        q, k, v = self.qkv_proj.split(qkv)
         q = pointwise.qk_norm_rope_store(
             q.view(b, t, -1, d),
             k.view(b, t, -1, d),
