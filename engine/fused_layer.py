@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 
 MAX_ROWS = 2  # batch rows x new positions the fused layer takes; from 4 on cuBLAS's GEMMs win (H100)
 GEMV_ROWS = 8  # rows one GEMV program holds in registers
+# Batches the fused attention serves in the unfused layer. It is 1.3-4.6x faster at every batch
+# size alone, and steps at 64 and 256 rows ran 30% and 22% faster with it, but the service then made
+# its decoder calls smaller (p50 4 streams against 25) and had more gaps at 256-512 streams
+# (docs/benchmarks.md, "The fused layer"): larger batches wait for the decoder's batching to follow.
+MAX_ATTEND_BATCH = 8
 MAX_QUERY_ROWS = 16  # query rows per key head (groups x new positions) the attention kernel tiles
 
 
@@ -324,11 +329,13 @@ def attend(
 
 
 def attends(x: Tensor, cfg: DecoderConfig) -> bool:
-    """Whether `attend` takes a step of x [B, T, H]: on CUDA, at most MAX_QUERY_ROWS query rows per
-    key head, and a head size its tiles take (a power of two, 16 or more)."""
+    """Whether `attend` takes a step of x [B, T, H]: on CUDA, at most MAX_ATTEND_BATCH rows and
+    MAX_QUERY_ROWS query rows per key head, and a head size its tiles take (a power of two, 16 or
+    more)."""
     d = cfg.head_dim
     return (
         x.is_cuda
+        and x.shape[0] <= MAX_ATTEND_BATCH
         and cfg.num_heads // cfg.num_kv_heads * x.shape[1] <= MAX_QUERY_ROWS
         and d >= 16
         and d & (d - 1) == 0
