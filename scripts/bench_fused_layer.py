@@ -1,0 +1,238 @@
+"""engine/fused_layer.py against the unfused layer on a GPU, at 0.6B shapes in bfloat16, each
+figure a CUDA graph of the work replayed (CUDA only; docs/benchmarks.md, "The fused layer").
+
+  stack      a code-predictor frame (its 5 layers run 15 times: 2 positions, then 14 x 1) and a
+             talker step (28 layers, span 128) per batch, fused and unfused, and how far apart
+             their outputs are
+  attention  `attend` against q/k norm + RoPE + KV write + few-row attention, per call
+  gemv       the GEMV's blocks swept per projection and row count, against cuBLAS
+
+Usage: python scripts/bench_fused_layer.py MODE [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+
+from voicewire.engine import fused_layer, pointwise
+from voicewire.engine.layers import (
+    DecoderConfig,
+    DecoderStack,
+    KVCache,
+    attention_inputs,
+    grouped_attention,
+    rope_tables,
+    scaled_init_,
+)
+
+DEVICE = torch.device("cuda")
+DTYPE = torch.bfloat16
+
+
+def graph_ms(fn: Callable[[], object], repeats: int = 30) -> float:
+    """Milliseconds per replay of `fn` captured as one CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        graph.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) / repeats * 1e3
+
+
+def stack_of(layers: int) -> DecoderStack:
+    cfg = DecoderConfig(1024, 3072, layers, 16, 8, 128, 1e-6, 1000000.0)
+    stack = DecoderStack(cfg)
+    scaled_init_(stack, torch.Generator().manual_seed(1))
+    return stack.to(DEVICE, DTYPE).eval()
+
+
+def unfused(stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    saved = fused_layer.MAX_ROWS, fused_layer.MAX_ATTEND_BATCH
+    fused_layer.MAX_ROWS = fused_layer.MAX_ATTEND_BATCH = 0
+    try:
+        return stack(x, positions, cache)
+    finally:
+        fused_layer.MAX_ROWS, fused_layer.MAX_ATTEND_BATCH = saved
+
+
+def fused(stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    return fused_layer.stack_forward(stack, x, positions, cache)
+
+
+def bench_stack() -> list[dict]:
+    predictor, talker, rows = stack_of(5), stack_of(28), []
+    for b in (1, 2, 4):  # the predictor's first forward at 4 rows is 8 rows, GEMV_ROWS
+        cache = predictor.new_cache(b, 16)
+        x2 = torch.randn(b, 2, 1024, device=DEVICE, dtype=DTYPE)
+        x1 = torch.randn(b, 1, 1024, device=DEVICE, dtype=DTYPE)
+        first = torch.arange(2, device=DEVICE).expand(b, 2).contiguous()
+        later = [torch.full((b, 1), k, device=DEVICE, dtype=torch.long) for k in range(2, 16)]
+
+        def frame(
+            path: Callable, cache: KVCache = cache, x2=x2, x1=x1, first=first, later=later
+        ) -> torch.Tensor:
+            hidden = path(predictor, x2, first, cache)
+            for positions in later:
+                hidden = path(predictor, x1, positions, cache)
+            return hidden
+
+        outputs, times = {}, {}
+        for name, path in (("unfused", unfused), ("fused", fused)):
+            cache.k.zero_()
+            cache.v.zero_()
+            outputs[name] = frame(path).float()
+            times[name] = graph_ms(lambda path=path: frame(path))
+        talker_cache = talker.new_cache(b, 1024)
+        talker_cache.k.normal_()
+        talker_cache.v.normal_()
+        spanned = KVCache(talker_cache.k, talker_cache.v, talker_cache.cos, talker_cache.sin, span=128)
+        positions = torch.full((b, 1), 100, device=DEVICE, dtype=torch.long)
+        talker_gap = (
+            (unfused(talker, x1, positions, spanned) - fused(talker, x1, positions, spanned)).abs().max()
+        )
+        row = {
+            "batch": b,
+            "predictor_frame_ms": {k: round(v, 3) for k, v in times.items()},
+            "predictor_max_difference": (outputs["fused"] - outputs["unfused"]).abs().max().item(),
+            "talker_step_ms": {
+                "unfused": round(graph_ms(functools.partial(unfused, talker, x1, positions, spanned)), 3),
+                "fused": round(graph_ms(functools.partial(fused, talker, x1, positions, spanned)), 3),
+            },
+            "talker_max_difference": talker_gap.item(),
+        }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+def bench_attention() -> list[dict]:
+    rows = []
+    cases = [(1, 1, 16, 16), (1, 2, 16, 16), (1, 1, 128, 1024), (8, 1, 128, 1024)]
+    cases += [(b, t, s, n) for b in (16, 64, 256) for (t, s, n) in ((1, 128, 512), (1, 16, 16), (2, 16, 16))]
+    weight = torch.ones(128, device=DEVICE, dtype=DTYPE)
+    for b, t, span, length in cases:
+        copies = 5 if b < 64 else 2  # caches of their own, as layers have
+        qkv = torch.randn(b, t, 4096, device=DEVICE, dtype=DTYPE)
+        caches = [
+            tuple(torch.randn(b, 8, length, 128, device=DEVICE, dtype=DTYPE) for _ in range(2))
+            for _ in range(copies)
+        ]
+        cos_table, sin_table = rope_tables(128, 1e6, torch.arange(length, device=DEVICE))
+        positions = torch.full((b, t), span - t, device=DEVICE, dtype=torch.long)
+        positions += torch.arange(t, device=DEVICE)
+        cos, sin = cos_table[positions], sin_table[positions]
+
+        def fused_calls(qkv=qkv, caches=caches, cos=cos, sin=sin, positions=positions, span=span) -> None:
+            for k_cache, v_cache in caches:
+                fused_layer.attend(qkv, weight, weight, 1e-6, cos, sin, positions, k_cache, v_cache, span, 16)
+
+        def unfused_calls(
+            qkv=qkv, caches=caches, positions=positions, span=span, b=b, t=t, tables=(cos_table, sin_table)
+        ) -> None:
+            for k_cache, v_cache in caches:
+                q, k, v = qkv.split([2048, 1024, 1024], -1)
+                cos, sin, bias = attention_inputs(positions, *tables, span, 2, DTYPE)
+                q = pointwise.qk_norm_rope_store(
+                    q.view(b, t, 16, 128), k.view(b, t, 8, 128), v.view(b, t, 8, 128), weight, weight,
+                    1e-6, cos, sin, positions, k_cache, v_cache,
+                )  # fmt: skip
+                grouped_attention(q, k_cache[:, :, :span], v_cache[:, :, :span], bias)
+
+        row = {
+            "batch": b,
+            "positions": t,
+            "span": span,
+            "fused_us": round(graph_ms(fused_calls) / copies * 1e3, 2),
+            "unfused_us": round(graph_ms(unfused_calls) / copies * 1e3, 2),
+        }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+def bench_gemv() -> list[dict]:
+    # (weight rows, K, gated, normed): q/k/v and gate/up carry the norm and the residual sum
+    shapes = {
+        "qkv": (4096, 1024, False, True),
+        "o": (1024, 2048, False, False),
+        "gate_up": (6144, 1024, True, True),
+        "down": (1024, 3072, False, False),
+    }
+    copies, rows = 24, []  # distinct weights, more than L2 holds
+    for name, (n_total, k, gated, normed) in shapes.items():
+        weights = [torch.randn(n_total, k, device=DEVICE, dtype=DTYPE) / 32 for _ in range(copies)]
+        for m in (1, 2, 4):
+            x = torch.randn(m, k, device=DEVICE, dtype=DTYPE)
+            n = n_total // 2 if gated else n_total
+            out = torch.empty(m, n, device=DEVICE, dtype=DTYPE)
+            total = torch.empty(m, k, device=DEVICE, dtype=DTYPE)
+            norm = torch.ones(k, device=DEVICE, dtype=DTYPE)
+            cublas = graph_ms(lambda x=x, weights=weights: [F.linear(x, w) for w in weights])
+            best = None
+            for block_n, block_k, warps in itertools.product((2, 4, 8), (256, 512, 1024), (4, 8)):
+                if m * block_n * block_k > 16384:
+                    continue
+
+                def calls(x=x, weights=weights, n=n, out=out, total=total, norm=norm, m=m, bn=block_n, bk=block_k, w=warps, k=k, normed=normed, gated=gated) -> None:  # fmt: skip
+                    for weight in weights:
+                        fused_layer._gemv_kernel[(triton.cdiv(n, bn),)](
+                            x, x, total, norm, weight, out, m, n, 1e-6, K=k, HAS_DELTA=normed, NORM=normed,
+                            GATED=gated, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=bn, BLOCK_K=bk, num_warps=w,
+                        )  # fmt: skip
+
+                us = graph_ms(calls) / copies * 1e3
+                if best is None or us < best[0]:
+                    best = (us, block_n, block_k, warps)
+            assert best is not None
+            row = {
+                "projection": name,
+                "rows": m,
+                "cublas_us": round(cublas / copies * 1e3, 2),
+                "best_us": round(best[0], 2),
+                "best_blocks_n_k_warps": best[1:],
+                "chosen_blocks_n_k": fused_layer._gemv_blocks(n, k, triton.next_power_of_2(m)),
+            }
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("mode", choices=["stack", "attention", "gemv"])
+    parser.add_argument("--out", type=Path, help="write the rows here as JSON")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_fused_layer needs a CUDA GPU")
+    pointwise.enable_fusion()
+    with torch.inference_mode():
+        rows = {"stack": bench_stack, "attention": bench_attention, "gemv": bench_gemv}[args.mode]()
+    report = {"device": torch.cuda.get_device_name(DEVICE), "mode": args.mode, "rows": rows}
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
