@@ -29,10 +29,10 @@ if TYPE_CHECKING:
 
 MAX_ROWS = 2  # batch rows x new positions the fused layer takes; from 4 on cuBLAS's GEMMs win (H100)
 GEMV_ROWS = 8  # rows one GEMV program holds in registers
-# Batches the fused attention serves in the unfused layer. It is 1.3-4.6x faster at every batch
-# size alone, and steps at 64 and 256 rows ran 30% and 22% faster with it, but the service then made
-# its decoder calls smaller (p50 4 streams against 25) and had more gaps at 256-512 streams
-# (docs/benchmarks.md, "The fused layer"): larger batches wait for the decoder's batching to follow.
+# Batches the fused attention serves in the unfused layer. Alone it is 1.3-4.6x faster at every
+# batch size, and it made 64- and 256-row steps 30% and 22% faster; but at 256-512 streams the
+# service's decoder calls shrink in some runs whatever the build, and one A/B with it at every batch
+# had more gaps (docs/benchmarks.md, "The fused layer"). Larger batches wait for a repeated A/B.
 MAX_ATTEND_BATCH = 8
 MAX_QUERY_ROWS = 16  # query rows per key head (groups x new positions) the attention kernel tiles
 
