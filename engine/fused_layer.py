@@ -24,8 +24,10 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from voicewire.engine import pointwise
+
 if TYPE_CHECKING:
-    from voicewire.engine.layers import DecoderConfig, DecoderLayer, DecoderStack, KVCache
+    from voicewire.engine.layers import Attention, DecoderConfig, DecoderLayer, DecoderStack, KVCache
 
 MAX_ROWS = 2  # batch rows x new positions the fused layer takes; from 4 on cuBLAS's GEMMs win (H100)
 GEMV_ROWS = 8  # rows one GEMV program holds in registers
@@ -342,6 +344,24 @@ def attends(x: Tensor, cfg: DecoderConfig) -> bool:
     )
 
 
+def layer_attention(
+    attn: Attention,
+    qkv: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    positions: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    span: int,
+) -> Tensor:
+    """`attend` with the norms and head count of `attn`, a `layers.Attention`."""
+    q_norm, k_norm = attn.q_norm, attn.k_norm
+    return attend(
+        qkv, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, positions, k_cache, v_cache, span,
+        attn.cfg.num_heads,
+    )  # fmt: skip
+
+
 def applies(x: Tensor, cfg: DecoderConfig) -> bool:
     """Whether the whole fused layer takes a step of x [B, T, H]: `attends` and at most MAX_ROWS rows."""
     return x.shape[0] * x.shape[1] <= MAX_ROWS and attends(x, cfg)
@@ -364,20 +384,7 @@ def layer_forward(
     norm = layer.input_layernorm
     qkv, total = gemv(x, attn.qkv_proj.weight, delta, norm.weight, norm.eps)
     x = x if total is None else total
-    heads = attn.cfg.num_heads
-    out = attend(
-        qkv,
-        attn.q_norm.weight,
-        attn.k_norm.weight,
-        attn.q_norm.eps,
-        cos,
-        sin,
-        positions,
-        k_cache,
-        v_cache,
-        span,
-        heads,
-    )
+    out = layer_attention(attn, qkv, cos, sin, positions, k_cache, v_cache, span)
     out, _ = gemv(out, attn.o_proj.weight)
     norm = layer.post_attention_layernorm
     hidden, x = gemv(x, mlp.gate_up_proj.weight, out, norm.weight, norm.eps, gated=True)
@@ -389,8 +396,6 @@ def layer_forward(
 def stack_forward(stack: DecoderStack, x: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
     """`DecoderStack.forward` through `layer_forward`: x [B, T, H] at positions [B, T] -> normed
     hidden states [B, T, H]."""
-    from voicewire.engine import pointwise
-
     cos, sin = cache.cos[positions], cache.sin[positions]
     delta = None
     for i, layer in enumerate(stack.layers):

@@ -163,11 +163,7 @@ class Attention(nn.Module):
             from voicewire.engine import fused_layer  # Triton, which CUDA builds of torch carry
 
             if fused_layer.attends(x, self.cfg):
-                q_norm, k_norm = self.q_norm, self.k_norm
-                out = fused_layer.attend(
-                    qkv, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, positions, k_cache, v_cache,
-                    span, self.cfg.num_heads,
-                )  # fmt: skip
+                out = fused_layer.layer_attention(self, qkv, cos, sin, positions, k_cache, v_cache, span)
                 return self.o_proj(out)
         q, k, v = self.qkv_proj.split(qkv)
         q = pointwise.qk_norm_rope_store(
