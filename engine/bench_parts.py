@@ -85,6 +85,7 @@ def _stepper(
         graphs=graphs,
         pad=True,
         max_prefills=config.max_prefills_per_step,
+        fused_draw=config.fused_draw and model.device.type == "cuda",
     )
     if settings.whole_kv:
         stepper.spans = [config.kv_length]
@@ -114,6 +115,7 @@ def bench_parts(model: Qwen3TTS, config: EngineConfig, settings: PartsSettings) 
         "dtype": str(model.dtype).removeprefix("torch."),
         "kv_length": config.kv_length,
         "graphs": graphs,
+        "fused_draw": config.fused_draw and device.type == "cuda",
         "whole_kv": settings.whole_kv,
     }
     with torch.inference_mode():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voicewire.engine.layers import DecoderConfig, DecoderStack, KVCache
@@ -58,24 +59,36 @@ class CodePredictor(nn.Module):
         seed: Tensor,
         counter: Tensor,
         draw: Draw,
+        fused_draw: bool = False,
     ) -> Tensor:
         """[B, H] talker hidden + [B, H] code-0 embedding -> codes 1..15 [B, 15].
 
         `cache` is this predictor's own KV cache (length 16), overwritten every frame. Code k
-        draws with noise counter `counter + k` (see sampling.sample).
+        draws with noise counter `counter + k` (see sampling.sample). `fused_draw`: each draw and
+        the next step's embedding lookup run as one Triton kernel (engine.fused_draw; CUDA).
         """
-        b = talker_hidden.shape[0]
+        b, last = talker_hidden.shape[0], self.cfg.num_code_groups - 2
         device = talker_hidden.device
         x = self.small_to_mtp_projection(torch.stack((talker_hidden, code0_embedding), dim=1))
         positions = torch.arange(2, device=device).expand(b, 2)
         hidden = self.model(x, positions, cache)[:, -1]
-        codes = []
-        for k in range(self.cfg.num_code_groups - 1):
-            code = sample(self.lm_head[k](hidden), params, seed, counter + k + 1, draw)
+        # Positions of codes 1..14 as inputs [14, B, 1], each step's contiguous, made at once.
+        steps = torch.arange(2, last + 2, device=device)[:, None, None].expand(last, b, 1).contiguous()
+        codes: list[Tensor] = []
+        out = torch.empty(b, last + 1, dtype=torch.long, device=device) if fused_draw else None
+        for k in range(last + 1):
+            logits = self.lm_head[k](hidden)
+            table = self.model.codec_embedding[k].weight if k < last else None
+            if out is not None:
+                from voicewire.engine import fused_draw as kernel  # Triton, which CUDA builds of torch carry
+
+                code, row = kernel.draw(logits, params, seed, counter, k + 1, out[:, k], table)
+            else:
+                code = sample(logits, params, seed, counter + k + 1, draw)
+                row = None if table is None else F.embedding(code, table)
             codes.append(code)
-            if k == self.cfg.num_code_groups - 2:
+            if row is None:
                 break
-            x = self.small_to_mtp_projection(self.model.codec_embedding[k](code))[:, None]
-            positions = torch.full((b, 1), k + 2, device=device, dtype=torch.long)
-            hidden = self.model(x, positions, cache)[:, -1]
-        return torch.stack(codes, dim=1)
+            x = self.small_to_mtp_projection(row)[:, None]
+            hidden = self.model(x, steps[k], cache)[:, -1]
+        return out if out is not None else torch.stack(codes, dim=1)

@@ -134,6 +134,7 @@ class FrameStepper:
 
     `graphs`: capture each bucket's step as a CUDA graph (CUDA only). `pad`: round batches up to
     the buckets even without graphs, so eager and graphed steps run the very same shapes.
+    `fused_draw`: the code predictor draws through engine.fused_draw's Triton kernel.
     """
 
     def __init__(
@@ -144,6 +145,7 @@ class FrameStepper:
         graphs: bool = False,
         pad: bool = False,
         max_prefills: int = 32,
+        fused_draw: bool = False,
     ) -> None:
         cfg = talker.cfg
         self.talker = talker
@@ -153,6 +155,7 @@ class FrameStepper:
             raise ValueError(f"CUDA graphs need a CUDA device, the talker is on {device}")
         self.slots = slots
         self.kv_length = kv_length
+        self.fused_draw = fused_draw
         self.device = device
         self.cache = talker.model.new_cache(slots, kv_length)
         self.predictor_cache = talker.code_predictor.model.new_cache(
@@ -416,6 +419,7 @@ class FrameStepper:
             self.seed[:b],
             self.rounds[:b] << 4,
             draw,
+            self.fused_draw,
         )
         frame = torch.cat((code0[:, None], residual), dim=1)
         x = (talker.embed_frame(frame) + text_rows)[:, None]

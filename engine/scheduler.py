@@ -133,15 +133,16 @@ class Scheduler:
         self.config = config
         self.sink = sink
         self.max_ahead_samples = max_ahead_samples
-        graphs = config.cuda_graphs and parts.talker.codec_head.weight.device.type == "cuda"
+        on_cuda = parts.talker.codec_head.weight.device.type == "cuda"
         self.stepper = FrameStepper(
             parts.talker,
             config.max_streams,
             config.kv_length,
-            graphs=graphs,
+            graphs=config.cuda_graphs and on_cuda,
             max_prefills=config.max_prefills_per_step,
+            fused_draw=config.fused_draw and on_cuda,
         )
-        if graphs:
+        if config.cuda_graphs and on_cuda:
             self.stepper.capture()
         self.steps = 0
         self._free = list(range(config.max_streams))

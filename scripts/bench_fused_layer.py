@@ -6,6 +6,9 @@ figure a CUDA graph of the work replayed (CUDA only; docs/benchmarks.md, "The fu
              their outputs are
   attention  `attend` against q/k norm + RoPE + KV write + few-row attention, per call
   gemv       the GEMV's blocks swept per projection and row count, against cuBLAS
+  draw       engine/fused_draw.py's draw + embedding row against `sampling.sample` + an embedding
+             lookup, per batch, for the code predictor's 15 draws of a frame (checkpoint sampling
+             settings: top-k 50, temperature 0.9), and whether they drew the same ids
 
 Usage: python scripts/bench_fused_layer.py MODE [--out FILE.json]
 """
@@ -24,7 +27,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from voicewire.engine import fused_layer, pointwise
+from voicewire.engine import fused_draw, fused_layer, pointwise
 from voicewire.engine.layers import (
     DecoderConfig,
     DecoderStack,
@@ -34,6 +37,7 @@ from voicewire.engine.layers import (
     rope_tables,
     scaled_init_,
 )
+from voicewire.engine.sampling import Draw, RowSampling, SamplingParams, sample
 
 DEVICE = torch.device("cuda")
 DTYPE = torch.bfloat16
@@ -217,18 +221,53 @@ def bench_gemv() -> list[dict]:
     return rows
 
 
+def bench_draw() -> list[dict]:
+    codebooks, vocab, rows = 15, 2048, []
+    tables = [torch.randn(vocab, 1024, device=DEVICE, dtype=DTYPE) for _ in range(codebooks)]
+    for b in (1, 2, 4, 8, 64, 256):
+        params = RowSampling.uniform(SamplingParams(temperature=0.9, top_k=50), b, DEVICE)
+        logits = [3 * torch.randn(b, vocab, device=DEVICE, dtype=DTYPE) for _ in range(codebooks)]
+        seed = torch.arange(b, device=DEVICE) * 7919
+        counter = torch.full((b,), 16, device=DEVICE)
+        codes = torch.empty(b, codebooks, dtype=torch.long, device=DEVICE)
+
+        def unfused_calls(params=params, logits=logits, seed=seed, counter=counter) -> list[torch.Tensor]:
+            ids = []
+            for k in range(codebooks):
+                ids.append(sample(logits[k], params, seed, counter + k + 1, Draw.TOP_K))
+                F.embedding(ids[-1], tables[k])
+            return ids
+
+        def fused_calls(params=params, logits=logits, seed=seed, counter=counter, codes=codes) -> None:
+            for k in range(codebooks):
+                fused_draw.draw(logits[k], params, seed, counter, k + 1, codes[:, k], tables[k])
+
+        fused_calls()
+        same = (torch.stack(unfused_calls(), dim=1) == codes).float().mean().item()
+        row = {
+            "batch": b,
+            "unfused_us_per_draw": round(graph_ms(unfused_calls) / codebooks * 1e3, 2),
+            "fused_us_per_draw": round(graph_ms(fused_calls) / codebooks * 1e3, 2),
+            "same_ids": same,
+        }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["stack", "attention", "gemv"])
+    parser.add_argument("mode", choices=["stack", "attention", "gemv", "draw"])
     parser.add_argument("--out", type=Path, help="write the rows here as JSON")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_fused_layer needs a CUDA GPU")
     pointwise.enable_fusion()
     with torch.inference_mode():
-        rows = {"stack": bench_stack, "attention": bench_attention, "gemv": bench_gemv}[args.mode]()
+        modes = {"stack": bench_stack, "attention": bench_attention, "gemv": bench_gemv, "draw": bench_draw}
+        rows = modes[args.mode]()
     report = {"device": torch.cuda.get_device_name(DEVICE), "mode": args.mode, "rows": rows}
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")

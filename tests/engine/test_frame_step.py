@@ -155,6 +155,19 @@ def test_attention_spans_change_nothing(model: Qwen3TTS) -> None:
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("greedy", [[True, True, True], [False, True, False]])
+def test_the_fused_draw_steps_the_same_codes(tiny_checkpoints, model: Qwen3TTS, greedy: list[bool]) -> None:
+    """The code predictor's draws through engine.fused_draw (Triton's interpreter without a GPU):
+    the same 16 codes and next code 0 for greedy and sampling rows, in float32."""
+    if torch.cuda.is_available():
+        model = Qwen3TTS.load(tiny_checkpoints["custom_voice"], device="cuda")
+    plain = _run(model, FrameStepper(model.talker, SLOTS, 64, pad=True), greedy)
+    fused = _run(model, FrameStepper(model.talker, SLOTS, 64, pad=True, fused_draw=True), greedy)
+    for a, b in zip(plain, fused, strict=True):
+        assert torch.equal(a, b)
+    assert sum(len(out) for out in fused) == 12  # every active row of the six steps compared
+
+
 def test_graphs_need_cuda(model: Qwen3TTS) -> None:
     with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
         FrameStepper(model.talker, SLOTS, 64, graphs=True)
