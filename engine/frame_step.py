@@ -134,7 +134,7 @@ class FrameStepper:
 
     `graphs`: capture each bucket's step as a CUDA graph (CUDA only). `pad`: round batches up to
     the buckets even without graphs, so eager and graphed steps run the very same shapes.
-    `fused_draw`: the code predictor draws through engine.fused_draw's Triton kernel.
+    `fused_draw`: every draw (code 0, then the code predictor's) runs engine.fused_draw's Triton kernel.
     """
 
     def __init__(
@@ -248,17 +248,20 @@ class FrameStepper:
         """Codebook-0 logits [n, V] of slots `rows` [n] -> code 0 [n], with penalty, suppression and
         min length; a slot listed twice must come with equal logits (its writes then agree)."""
         no_eos = self.suppress_eos[rows] | (self.frames_done[rows] < MIN_FRAMES)
-        code0 = choose_code0(
-            logits,
-            self.seen[rows],
-            self.penalty[rows],
-            self.banned,
-            self.eos_only & no_eos[:, None],
+        seen, penalty = self.seen[rows], self.penalty[rows]
+        params, seed, counter = (
             self.talker_sampling.select(rows, active),
             self.seed[rows],
             self.rounds[rows] << 4,
-            draw,
         )
+        if self.fused_draw:
+            from voicewire.engine import fused_draw  # Triton, which CUDA builds of torch carry
+
+            masks = fused_draw.Masks(seen, penalty, self.banned, no_eos, self.talker.cfg.codec_eos_id)
+            code0, _ = fused_draw.draw(logits, params, seed, counter, masks=masks)
+        else:
+            no_eos = self.eos_only & no_eos[:, None]
+            code0 = choose_code0(logits, seen, penalty, self.banned, no_eos, params, seed, counter, draw)
         self.rounds[rows] += active
         self.seen[rows, code0] |= active
         return code0

@@ -1,9 +1,10 @@
 """A token draw in one Triton kernel: `sampling.sample` for every row of a batch, plus the chosen
-code's embedding row (CUDA, off unless the engine's `fused_draw` is set).
+code's embedding row, or with the talker's penalty and masks first (CUDA, off unless the engine's
+`fused_draw` is set).
 
-At one stream a frame makes 15 code-predictor draws. Each unfused draw is a top-k (about 19 us
-on an H100, several passes over the vocabulary), a handful of 2 us elementwise kernels around it,
-and an embedding lookup for the next step. Here one program per row does all of it with the
+At one stream a frame makes 16 draws: code 0, then 15 in the code predictor. Each unfused draw is
+a top-k (about 19 us on an H100, several passes over the vocabulary), a handful of 2 us
+elementwise kernels around it, and an embedding lookup for the next step. Here one program per row does all of it with the
 logits in registers:
 
 - greedy: the first index of the largest logit;
@@ -17,6 +18,8 @@ threshold. Only the race's logarithms and the top-p softmax may differ in their 
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -64,17 +67,36 @@ def _draw_kernel(
     codes_stride,
     table_ptr,
     rows_ptr,
+    seen_ptr,
+    penalty_ptr,
+    banned_ptr,
+    no_eos_ptr,
+    eos,
     V,
     H,
     BLOCK_V: tl.constexpr,
     BLOCK_H: tl.constexpr,
     HAS_TABLE: tl.constexpr,
+    HAS_MASKS: tl.constexpr,
 ):
     row = tl.program_id(0)
     ids = tl.arange(0, BLOCK_V)
     in_vocab = ids < V
     logits = tl.load(logits_ptr + row * logits_stride + ids, mask=in_vocab, other=float("-inf"))
+    dtype = logits.dtype
     logits = logits.to(tl.float32)
+    if HAS_MASKS:
+        # As frame_step.choose_code0: the repetition penalty in the logits' dtype (its products
+        # round there), then banned ids, and EOS where the row may not end yet.
+        penalty = tl.load(penalty_ptr + row).to(dtype).to(tl.float32)
+        penalized = (
+            tl.where(logits < 0, logits * penalty, tl.div_rn(logits, penalty)).to(dtype).to(tl.float32)
+        )
+        seen = tl.load(seen_ptr + row * V + ids, mask=in_vocab, other=0) != 0
+        logits = tl.where(seen, penalized, logits)
+        banned = tl.load(banned_ptr + ids, mask=in_vocab, other=0) != 0
+        banned = banned | ((ids == eos) & (tl.load(no_eos_ptr + row) != 0))
+        logits = tl.where(banned, float("-inf"), logits)
     code = tl.argmax(logits, axis=0, tie_break_left=True).to(tl.int64)
 
     if tl.load(do_sample_ptr + row) != 0:
@@ -108,6 +130,17 @@ def _draw_kernel(
         tl.store(rows_ptr + row * H + cols, embedded, mask=cols < H)
 
 
+@dataclass
+class Masks:
+    """What frame_step.choose_code0 applies before its draw, per row of a [B, V] batch."""
+
+    seen: Tensor  # [B, V] bool: ids the sequence generated already (repetition penalty)
+    penalty: Tensor  # [B] float32
+    banned: Tensor  # [V] bool: ids never drawn
+    no_eos: Tensor  # [B] bool: rows whose `eos` id is banned too
+    eos: int
+
+
 def draw(
     logits: Tensor,
     params: RowSampling,
@@ -116,10 +149,12 @@ def draw(
     counter_offset: int = 0,
     out: Tensor | None = None,
     table: Tensor | None = None,
+    masks: Masks | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """`sampling.sample(logits, params, seed, counter + counter_offset)` for logits [B, V] -> (ids
     [B], written into `out` [B] when given, e.g. a column of a codes buffer; and with `table`
-    [V', H], the chosen ids' rows [B, H], or None)."""
+    [V', H], the chosen ids' rows [B, H], or None). With `masks`, the logits are first penalized
+    and masked as `frame_step.choose_code0` does."""
     b, vocab = logits.shape
     if logits.stride(1) != 1:
         raise ValueError("the logits' last dim must be contiguous")
@@ -132,6 +167,10 @@ def draw(
         if table.shape[0] < vocab or not table.is_contiguous():
             raise ValueError(f"table {tuple(table.shape)} must be contiguous with at least {vocab} rows")
         rows = torch.empty(b, table.shape[1], device=logits.device, dtype=table.dtype)
+    if masks is not None and (
+        masks.seen.shape != (b, vocab) or not masks.seen.is_contiguous() or masks.banned.shape != (vocab,)
+    ):
+        raise ValueError(f"masks must be contiguous [{b}, {vocab}] seen ids and [{vocab}] banned ids")
     block_v = triton.next_power_of_2(vocab)
     _draw_kernel[(b,)](
         logits,
@@ -147,11 +186,17 @@ def draw(
         out.stride(0),
         table if table is not None else logits,
         rows if rows is not None else logits,
+        masks.seen if masks is not None else logits,
+        masks.penalty if masks is not None else logits,
+        masks.banned if masks is not None else logits,
+        masks.no_eos if masks is not None else logits,
+        masks.eos if masks is not None else -1,
         vocab,
         table.shape[1] if table is not None else 1,
         BLOCK_V=block_v,
         BLOCK_H=triton.next_power_of_2(table.shape[1]) if table is not None else 1,
         HAS_TABLE=table is not None,
+        HAS_MASKS=masks is not None,
         num_warps=4 if block_v <= 2048 else 8,
     )
     return out, rows

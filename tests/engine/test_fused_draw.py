@@ -110,3 +110,35 @@ def test_refuses_what_it_cannot_do() -> None:
         fused_draw.draw(logits, params, seeds, counters, out=torch.zeros(2, dtype=torch.int32, device=DEVICE))
     with pytest.raises(ValueError, match="at least 16 rows"):
         fused_draw.draw(logits, params, seeds, counters, table=torch.zeros(8, 4, device=DEVICE))
+
+
+def test_masks_apply_the_talkers_penalty_bans_and_eos_rule() -> None:
+    from voicewire.engine.frame_step import choose_code0
+
+    vocab, eos = 3072, 2150
+    params = _batch(KINDS, 2)
+    batch = params.do_sample.shape[0]
+    logits, seeds, counters = _inputs(batch, vocab, seed=5)
+    gen = torch.Generator().manual_seed(6)
+    seen = (torch.rand(batch, vocab, generator=gen) < 0.3).to(DEVICE)
+    penalty = (1 + torch.rand(batch, generator=gen)).to(DEVICE)
+    banned = torch.zeros(vocab, dtype=torch.bool, device=DEVICE)
+    banned[2048:] = True
+    banned[eos] = False
+    no_eos = (torch.arange(batch) % 2 == 0).to(DEVICE)
+    logits[:, eos] = 30.0  # the best id wherever EOS is allowed
+    logits[:, 2500] = 40.0  # banned: never drawn
+    masks = fused_draw.Masks(seen, penalty, banned, no_eos, eos)
+    ids, _ = fused_draw.draw(logits, params, seeds, counters, masks=masks)
+    eos_only = torch.zeros(vocab, dtype=torch.bool, device=DEVICE)
+    eos_only[eos] = True
+    want = choose_code0(
+        logits, seen, penalty, banned, eos_only & no_eos[:, None], params, seeds, counters, Draw.FULL
+    )
+    assert ids.tolist() == want.tolist()
+    assert (ids < 2048)[no_eos].all() and (ids != 2500).all()
+    assert (ids[~no_eos & ~params.do_sample] == eos).all()
+    with pytest.raises(ValueError, match="masks must be contiguous"):
+        fused_draw.draw(
+            logits, params, seeds, counters, masks=fused_draw.Masks(seen.T, penalty, banned, no_eos, eos)
+        )
