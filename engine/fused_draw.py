@@ -45,8 +45,9 @@ def _threshold(keys, weights, need):
     """The largest int32 key t with sum(weights[keys >= t]) >= need, by bisection over its 32 bits
     (keys int32; weights 0 where an id is out)."""
     low = tl.full([], -(2**31), tl.int64)
-    for bit in tl.static_range(31, -1, -1):
-        candidate = low + (1 << bit)
+    # A loop, not unrolled: 32 unrolled passes (two bisections) made the kernel ~6,500 instructions.
+    for bit in range(31, -1, -1):
+        candidate = low + (tl.full([], 1, tl.int64) << bit)
         held = tl.sum(tl.where(keys >= candidate.to(tl.int32), weights, 0), axis=0)
         low = tl.where(held >= need, candidate, low)
     return low.to(tl.int32)

@@ -1,0 +1,133 @@
+"""Compiles the engine's Triton kernels for a Hopper GPU (sm_90) on a machine without one.
+
+The CPU tests run the kernels in Triton's interpreter, which checks their arithmetic but not that
+the GPU compiler takes them (types that differ between branches, unsupported ops). Here each
+wrapper (`fused_draw.draw`, `fused_layer.gemv`, `fused_layer.attend`) is called on CPU tensors of
+the engine's shapes with its kernel swapped for a recorder, and each recorded launch is compiled
+ahead of time to a cubin, with the argument types and constants the wrapper passed.
+
+Run as `python -m tests.triton_aot` without TRITON_INTERPRET (the interpreter replaces @triton.jit);
+prints one JSON line per launch.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from collections.abc import Callable
+
+import torch
+
+TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int64: "i64"}
+TYPES |= {torch.int32: "i32", torch.bool: "i1"}
+
+
+class Recorder:
+    """Stands in for a kernel: `kernel[grid](*args, **kwargs)` keeps the call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple, dict]] = []
+
+    def __getitem__(self, grid: tuple) -> Callable[..., None]:
+        return lambda *args, **kwargs: self.calls.append((args, kwargs))
+
+
+def _type(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return "*" + TYPES[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"no Triton type for {type(value).__name__}")
+
+
+def compile_call(kernel, args: tuple, kwargs: dict) -> dict:
+    """One recorded launch of `kernel` compiled for sm_90: its name, constants and machine code size."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = list(inspect.signature(kernel.fn).parameters)
+    constexpr = {p.name for p in kernel.params if p.is_constexpr}
+    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+    values = dict(zip(names, args, strict=False)) | kwargs
+    constants = {n: v for n, v in values.items() if n in constexpr}
+    signature = {n: "constexpr" if n in constants else _type(v) for n, v in values.items()}
+    compiled = triton.compile(
+        ASTSource(fn=kernel, signature=signature, constexprs=constants),
+        target=GPUTarget("cuda", 90, 32),
+        options=options,
+    )
+    return {"kernel": kernel.fn.__name__, "cubin_bytes": len(compiled.asm["cubin"])} | constants
+
+
+def recorded(module, name: str, wrapper: Callable, *args: object, **kwargs: object) -> list[tuple]:
+    """(kernel, args, kwargs) of each launch `wrapper(*args, **kwargs)` makes of `module.name`, with
+    the kernel swapped for a recorder."""
+    kernel, recorder = getattr(module, name), Recorder()
+    setattr(module, name, recorder)
+    try:
+        wrapper(*args, **kwargs)
+    finally:
+        setattr(module, name, kernel)
+    return [(kernel, *call) for call in recorder.calls]
+
+
+def launches() -> list[tuple]:
+    """(kernel, args, kwargs) for the engine's kernels at 0.6B shapes in bfloat16 and tiny ones in float32."""
+    from voicewire.engine import fused_draw, fused_layer
+    from voicewire.engine.sampling import RowSampling, SamplingParams
+
+    found, b = [], 2
+    for dtype, vocab, hidden in (
+        (torch.bfloat16, 2048, 1024),
+        (torch.bfloat16, 3072, 1024),
+        (torch.float32, 96, 64),
+    ):
+        logits, seed = torch.zeros(b, vocab, dtype=dtype), torch.zeros(b, dtype=torch.long)
+        draw = (
+            fused_draw,
+            "_draw_kernel",
+            fused_draw.draw,
+            logits,
+            RowSampling.uniform(SamplingParams(), b),
+            seed,
+            seed,
+        )
+        found += recorded(*draw, 1, table=torch.zeros(vocab, hidden, dtype=dtype))
+        masks = fused_draw.Masks(
+            torch.zeros(b, vocab, dtype=torch.bool), torch.ones(b), torch.zeros(vocab, dtype=torch.bool),
+            torch.zeros(b, dtype=torch.bool), vocab - 1,
+        )  # fmt: skip
+        found += recorded(*draw, masks=masks)
+    for dtype in (torch.bfloat16, torch.float32):
+        for rows in (1, 2):
+            x, wide = torch.zeros(rows, 1024, dtype=dtype), torch.zeros(rows, 3072, dtype=dtype)
+            gemv = (fused_layer, "_gemv_kernel", fused_layer.gemv)
+            found += recorded(*gemv, x, torch.zeros(4096, 1024, dtype=dtype), x, x[0], 1e-6)  # q/k/v
+            found += recorded(*gemv, x, torch.zeros(6144, 1024, dtype=dtype), x, x[0], 1e-6, True)  # gate/up
+            found += recorded(*gemv, wide, torch.zeros(1024, 3072, dtype=dtype))  # down
+        for batch, t, span in ((1, 1, 128), (1, 2, 16), (8, 1, 1024)):
+            qkv, cos = torch.zeros(batch, t, 4096, dtype=dtype), torch.zeros(batch, t, 128)
+            positions, norm = torch.zeros(batch, t, dtype=torch.long), torch.ones(128, dtype=dtype)
+            cache = torch.zeros(batch, 8, 1024, 128, dtype=dtype)
+            found += recorded(
+                fused_layer, "_attention_kernel", fused_layer.attend,
+                qkv, norm, norm, 1e-6, cos, cos, positions, cache, cache, span, 16,
+            )  # fmt: skip
+    return found
+
+
+def main() -> None:
+    if os.environ.get("TRITON_INTERPRET"):
+        raise SystemExit("unset TRITON_INTERPRET: the interpreter replaces the kernels this compiles")
+    for kernel, args, kwargs in launches():
+        print(json.dumps(compile_call(kernel, args, dict(kwargs))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
