@@ -4,8 +4,8 @@ code's embedding row, or with the talker's penalty and masks first (CUDA, off un
 
 At one stream a frame makes 16 draws: code 0, then 15 in the code predictor. Each unfused draw is
 a top-k (about 19 us on an H100, several passes over the vocabulary), a handful of 2 us
-elementwise kernels around it, and an embedding lookup for the next step. Here one program per row does all of it with the
-logits in registers:
+elementwise kernels around it, and an embedding lookup for the next step. Here one program per
+row does all of it with the logits in registers:
 
 - greedy: the first index of the largest logit;
 - sampling: temperature, then the top-k threshold and, below 1, the top-p threshold, each found by
@@ -27,9 +27,6 @@ import triton.language as tl
 from torch import Tensor
 
 from voicewire.engine.sampling import RowSampling
-
-MASK32 = 0xFFFFFFFF
-GOLDEN = 0x9E3779B9  # as sampling.uniform_noise
 
 
 @triton.jit
@@ -116,6 +113,7 @@ def _draw_kernel(
             # Keeps the ids whose better-ranked mass is below top_p: those at or above the
             # largest key whose mass from the top reaches top_p.
             kept = kept & (keys >= _threshold(keys, probs, top_p))
+        # sampling.uniform_noise: a hash of (seed, counter) keys a hash of each id.
         seed = tl.load(seed_ptr + row)
         counter = tl.load(counter_ptr + row) + counter_offset
         key = _mix32((seed & 0xFFFFFFFF) ^ _mix32(((seed >> 32) & 0xFFFFFFFF) ^ _mix32(counter & 0xFFFFFFFF)))
