@@ -4,7 +4,7 @@ It runs in its own thread, fed by a queue, so the talker never waits for it. Eac
 row of one `CodecDecoderState`; the incremental decoder carries its context, so chunks hold
 exactly the new samples and equal one full decode. A stream's frames wait until its next chunk
 size is reached (small first chunk, larger later), or until a segment end, flush or close drains
-them; streams due with the same frame count decode in one call.
+them. A round decodes every due chunk in shared passes, one per graphed frame count (8, 4, 2, 1).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch import Tensor
 
 from voicewire.engine.codec_decoder import CodecDecoder
 from voicewire.engine.config import ChunkSchedule
-from voicewire.engine.decoder_batch import BatchedDecoder
+from voicewire.engine.decoder_batch import BatchedDecoder, split_frames
 from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.metrics import EngineMetrics
 from voicewire.engine.segments import TrackEntry
@@ -68,6 +68,25 @@ class _Decoding:
         if frames < size:
             return 0
         return min(max(size, frames // size * size), MAX_DECODE_FRAMES)
+
+
+@dataclass(eq=False)  # identity: chunks are compared by `in`, and their frames hold arrays
+class _Chunk:
+    """A stream's due frames on their way through a round's decoder passes."""
+
+    decoding: _Decoding
+    frames: list[_Frame]
+    pieces: list[int]  # frame counts still to decode, ascending; they sum to the frames not yet decoded
+    pcm: list[np.ndarray] = field(default_factory=list)  # each decoded piece's samples
+    decoded: int = 0  # frames decoded so far
+
+    def next_frames(self, size: int) -> list[_Frame]:
+        return self.frames[self.decoded : self.decoded + size]
+
+    def done(self, size: int, samples: np.ndarray) -> None:
+        self.pieces.pop(0)
+        self.decoded += size
+        self.pcm.append(samples)
 
 
 class DecoderStage:
@@ -188,44 +207,61 @@ class DecoderStage:
     def _decode_due(self) -> bool:
         """Decode one round of due chunks, then deliver marks; returns whether anything happened."""
         self._reset_fresh()
-        groups: dict[int, list[_Decoding]] = {}
+        due: list[_Chunk] = []
         marked = []
         for decoding in list(self._streams.values()):
             n = decoding.due()
             if n:
-                groups.setdefault(n, []).append(decoding)
+                frames = [decoding.queue.popleft() for _ in range(n)]
+                due.append(_Chunk(decoding, frames, sorted(split_frames(n))))
             elif decoding.queue and isinstance(decoding.queue[0], _Mark):
                 marked.append(decoding)
-        # Smallest chunks first: they are first chunks and drains, which listeners are waiting
-        # for; larger ones are running streams' regular chunks, with audio still buffered ahead.
-        for n in sorted(groups):
-            self._decode(n, groups[n])
+        self._decode(due)
         for decoding in marked:
             self._deliver_mark(decoding)
-        return bool(groups or marked)
+        return bool(due or marked)
 
-    def _decode(self, n: int, group: list[_Decoding]) -> None:
-        frames = [[decoding.queue.popleft() for _ in range(n)] for decoding in group]
-        codes = np.array([[f.codes for f in fs] for fs in frames], dtype=np.int64)  # [streams, n, 16]
-        started = time.monotonic()
-        try:
-            pcm = self.batch.decode([d.row for d in group], torch.from_numpy(codes)).numpy()
-        except Exception as exc:
-            log.exception("decoding failed for %d streams", len(group))
-            for decoding in group:
-                self._fail(decoding, exc)
-            return
-        self.metrics.decode.observe(time.monotonic() - started)
-        self.metrics.decode_streams.observe(len(group))
-        for decoding, fs, samples, codes_np in zip(group, frames, pcm, codes, strict=True):
-            tokens = [t for f in fs for t in f.fed.tokens]
-            decoding.text_end = tokens[-1].end if tokens else decoding.text_end
-            mark = decoding.queue[0] if decoding.queue and isinstance(decoding.queue[0], _Mark) else None
-            text_ids = np.array([f.fed.id for f in fs], dtype=np.int64)
-            self._emit(decoding, samples, codes_np, text_ids, "".join(t.text for t in tokens), mark)
-            if mark is not None:
-                decoding.queue.popleft()
-                self._after_mark(decoding, mark)
+    def _decode(self, due: list[_Chunk]) -> None:
+        """Every due chunk, in shared passes: a pass decodes one frame count, the graphs' (8, 4, 2, 1),
+        for every chunk whose next piece has that count. Chunks due at different counts (13 frames
+        is 1 + 4 + 8) ride in the same passes, so a round costs one decoder replay per count
+        present rather than one per count per chunk size. Smallest pieces first: first chunks and
+        drains, which listeners are waiting for, come out in the first pass."""
+        while due:
+            size = min(chunk.pieces[0] for chunk in due)
+            riders = [chunk for chunk in due if chunk.pieces[0] == size]
+            codes = np.array([[f.codes for f in chunk.next_frames(size)] for chunk in riders], dtype=np.int64)
+            started = time.monotonic()
+            try:
+                pcm = self.batch.decode(
+                    [chunk.decoding.row for chunk in riders], torch.from_numpy(codes)
+                ).numpy()
+            except Exception as exc:
+                log.exception("decoding failed for %d streams", len(riders))
+                for chunk in riders:
+                    self._fail(chunk.decoding, exc)
+                due = [chunk for chunk in due if chunk not in riders]
+                continue
+            self.metrics.decode.observe(time.monotonic() - started)
+            self.metrics.decode_streams.observe(len(riders))
+            for chunk, samples in zip(riders, pcm, strict=True):
+                chunk.done(size, samples)
+                if not chunk.pieces:
+                    self._deliver(chunk)
+            due = [chunk for chunk in due if chunk.pieces]
+
+    def _deliver(self, chunk: _Chunk) -> None:
+        decoding, frames = chunk.decoding, chunk.frames
+        tokens = [t for f in frames for t in f.fed.tokens]
+        decoding.text_end = tokens[-1].end if tokens else decoding.text_end
+        mark = decoding.queue[0] if decoding.queue and isinstance(decoding.queue[0], _Mark) else None
+        codes = np.array([f.codes for f in frames], dtype=np.int64)
+        text_ids = np.array([f.fed.id for f in frames], dtype=np.int64)
+        samples = np.concatenate(chunk.pcm)
+        self._emit(decoding, samples, codes, text_ids, "".join(t.text for t in tokens), mark)
+        if mark is not None:
+            decoding.queue.popleft()
+            self._after_mark(decoding, mark)
 
     def _deliver_mark(self, decoding: _Decoding) -> None:
         mark = decoding.queue.popleft()
