@@ -72,8 +72,12 @@ class CodePredictor(nn.Module):
         x = self.small_to_mtp_projection(torch.stack((talker_hidden, code0_embedding), dim=1))
         positions = torch.arange(2, device=device).expand(b, 2)
         hidden = self.model(x, positions, cache)[:, -1]
-        # Positions of codes 1..14 as inputs [14, B, 1], each step's contiguous, made at once.
-        steps = torch.arange(2, last + 2, device=device)[:, None, None].expand(last, b, 1).contiguous()
+        # Positions of codes 1..14 as inputs, made at once: [14, B', 1], each step's rows contiguous,
+        # B' = B rounded up to even so that every step's rows start 16-byte aligned, as compiled
+        # kernels assume of their inputs.
+        steps = (
+            torch.arange(2, last + 2, device=device)[:, None, None].expand(last, b + b % 2, 1).contiguous()
+        )
         codes: list[Tensor] = []
         out = torch.empty(b, last + 1, dtype=torch.long, device=device) if fused_draw else None
         for k in range(last + 1):
@@ -90,5 +94,5 @@ class CodePredictor(nn.Module):
             if row is None:
                 break
             x = self.small_to_mtp_projection(row)[:, None]
-            hidden = self.model(x, steps[k], cache)[:, -1]
+            hidden = self.model(x, steps[k, :b], cache)[:, -1]
         return out if out is not None else torch.stack(codes, dim=1)
