@@ -50,7 +50,7 @@ def _threshold(keys, weights, need):
     return low.to(tl.int32)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["counter_offset"])  # 0..15 would compile up to three variants
 def _draw_kernel(
     logits_ptr,
     logits_stride,
