@@ -40,6 +40,23 @@ def split_frames(n: int) -> list[int]:
     return parts
 
 
+def plan_rows(rows: int, buckets: list[int], cost: Callable[[int], float]) -> list[list[int]]:
+    """For every row count m up to `rows`, the row counts (largest first) that sum to m with the
+    least total `cost(bucket)`, each group decoded padded to its bucket: 65 rows may cost less as
+    64 + 1 than padded to 96."""
+    best = [0.0] + [float("inf")] * rows
+    last = [0] * (rows + 1)  # the group that ends the best plan for m rows
+    for m in range(1, rows + 1):
+        for b in buckets:
+            total = best[max(0, m - b)] + cost(b)
+            if total < best[m]:
+                best[m], last[m] = total, min(b, m)
+    plans: list[list[int]] = [[]]
+    for m in range(1, rows + 1):
+        plans.append(sorted([last[m], *plans[m - last[m]]], reverse=True))
+    return plans
+
+
 def to_host(audio: Tensor) -> Tensor:
     """The samples on the CPU. From CUDA through page-locked memory, which the caching host allocator
     reuses once a chunk's samples are dropped: a pageable copy of 256 x 8 frames took 10 ms of this
@@ -76,6 +93,8 @@ class BatchedDecoder:
         )
         samples = GRAPH_FRAMES[0] * decoder.cfg.samples_per_frame if graphs else 0
         self._audio = torch.zeros(top if graphs else 0, samples, dtype=torch.float32, device=self.device)
+        # Row groups per frame count and row count, from each graph's replay time (set by capture).
+        self.plans: dict[int, list[list[int]]] | None = None
 
     def reset(self, rows: list[int]) -> None:
         """Start `rows` afresh for new streams. Graphed, a reset is one launch per bucket: eagerly it
@@ -94,16 +113,25 @@ class BatchedDecoder:
         codes = cuda_graphs.to_device(codes, self.device)
         if self.buckets is None:
             return to_host(self._decode_eager(self._index(rows), codes))
-        out = []
+        pieces, start = [], 0
+        for n in split_frames(codes.shape[1]):
+            audio, lo = [], 0
+            for size in self._row_groups(n, len(rows)):
+                audio.append(
+                    self._decode_padded(rows[lo : lo + size], codes[lo : lo + size, start : start + n])
+                )
+                lo += size
+            pieces.append(torch.cat(audio))
+            start += n
+        return to_host(torch.cat(pieces, dim=1))
+
+    def _row_groups(self, n: int, rows: int) -> list[int]:
+        """How `rows` rows decode n frames: in the groups the measured plan gives, or in groups of
+        the largest bucket."""
+        if self.plans is not None and rows < len(self.plans[n]):
+            return self.plans[n][rows]
         top = self._top()
-        for lo in range(0, len(rows), top):
-            group, group_codes = rows[lo : lo + top], codes[lo : lo + top]
-            pieces, start = [], 0
-            for n in split_frames(codes.shape[1]):
-                pieces.append(self._decode_padded(group, group_codes[:, start : start + n]))
-                start += n
-            out.append(torch.cat(pieces, dim=1))
-        return to_host(torch.cat(out))
+        return [min(top, rows - lo) for lo in range(0, rows, top)]
 
     @torch.inference_mode()
     def capture(self) -> None:
@@ -126,12 +154,36 @@ class BatchedDecoder:
         finally:
             torch.backends.cudnn.benchmark = benchmark
             torch.backends.cudnn.benchmark_limit = limit
+        captured = time.monotonic()
+        self.plans = self._plans(self._replay_ms())
         log.info(
-            "captured %d decoder graphs and %d row resets in %.1f s",
+            "captured %d decoder graphs and %d row resets in %.1f s, timed their replays in %.1f s",
             len(self._graphs),
             len(self._reset_graphs or {}),
-            time.monotonic() - started,
+            captured - started,
+            time.monotonic() - captured,
         )
+
+    def _replay_ms(self, repeats: int = 3) -> dict[tuple[int, int], float]:
+        """Milliseconds per replay of each captured (bucket, frames) graph, on scratch rows only."""
+        assert self._graphs is not None
+        self._rows.fill_(self.scratch)
+        times = {}
+        for key, graph in self._graphs.items():
+            graph.replay()
+            torch.cuda.synchronize(self.device)
+            started = time.perf_counter()
+            for _ in range(repeats):
+                graph.replay()
+            torch.cuda.synchronize(self.device)
+            times[key] = (time.perf_counter() - started) / repeats * 1e3
+        return times
+
+    def _plans(self, replay_ms: dict[tuple[int, int], float]) -> dict[int, list[list[int]]]:
+        """For each frame count, the cheapest row groups of every row count up to the largest bucket."""
+        assert self.buckets is not None
+        top = self._top()
+        return {n: plan_rows(top, self.buckets, lambda b, n=n: replay_ms[(b, n)]) for n in GRAPH_FRAMES}
 
     def _decode_eager(self, rows: Tensor, codes: Tensor) -> Tensor:
         part = self.state.select(rows)

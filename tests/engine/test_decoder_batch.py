@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from voicewire.engine.codec_decoder import CodecDecoder, load_codec_decoder
-from voicewire.engine.decoder_batch import BatchedDecoder, split_frames
+from voicewire.engine.decoder_batch import BATCH_BUCKETS, BatchedDecoder, plan_rows, split_frames
 
 FRAMES = 27
 SAMPLES = 1920
@@ -58,6 +58,31 @@ def test_groups_equal_whole_decodes(decoder: CodecDecoder, codes: torch.Tensor, 
     assert torch.allclose(got, whole, atol=1e-5), float((got - whole).abs().max())
     # Rows no stream used, and the scratch row padding writes to, are the only others touched.
     assert int(batch.state.pos[0]) == 0 and int(batch.state.pos[4]) == FRAMES
+
+
+def test_row_plans_take_the_cheapest_padding() -> None:
+    # Replays costing 2 ms plus 0.2 ms a row (about the 8-frame graphs on an H100).
+    plans = plan_rows(512, list(BATCH_BUCKETS), lambda b: 2.0 + 0.2 * b)
+    assert plans[65] == [64, 1]  # 2 replays of 65 rows, not one of 96
+    assert plans[90] == [90]  # 96 rows in one replay beat 64 + 32 in two
+    assert plans[64] == [64] and plans[1] == [1] and plans[0] == []
+    assert sum(plans[300]) == 300 and len(plans[300]) == 2
+    assert all(sum(plan) == m and max(plan) <= 512 for m, plan in enumerate(plans) if m)
+
+
+def test_planned_row_groups_equal_whole_decodes(decoder: CodecDecoder, codes: torch.Tensor) -> None:
+    """Rows cut into groups by a plan (here: every replay above one row costs ten times more)
+    decode what one group decodes."""
+    with torch.inference_mode():
+        whole = decoder(codes[[0, 2]]).float()
+        batch = BatchedDecoder(decoder, slots=5, pad=True)
+        assert batch.buckets is not None
+        batch.plans = {
+            n: plan_rows(5, batch.buckets, lambda b: 1.0 if b == 1 else 10.0) for n in (1, 2, 4, 8)
+        }
+        assert batch.plans[8][2] == [1, 1]
+        got = _decode_in_groups(batch, codes)
+    assert torch.allclose(got, whole, atol=1e-5), float((got - whole).abs().max())
 
 
 def test_graphs_need_cuda(decoder: CodecDecoder) -> None:
