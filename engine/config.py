@@ -99,9 +99,7 @@ class EngineConfig:
     max_buffered_seconds: float = 30.0  # audio a stream may run ahead of its reader
     cuda_graphs: bool = True  # on CUDA, each batch bucket's frame step replays one captured graph
     fuse_kernels: bool = True  # on CUDA, torch.compile the layers' elementwise pieces (engine.pointwise)
-    # On CUDA, each token draw of a frame as one Triton kernel (engine.fused_draw). Off until a GPU
-    # A/B of the frame step and the service shows it pays (docs/engine.md, "The fused draw").
-    fused_draw: bool = False
+    fused_draw: bool = True  # on CUDA, each token draw of a frame as one Triton kernel (engine.fused_draw)
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
     vllm: VllmSettings = field(default_factory=VllmSettings)

@@ -174,12 +174,15 @@ def test_graphs_need_cuda(model: Qwen3TTS) -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_graphed_steps_equal_eager_steps_on_cuda(tiny_checkpoints, dtype: str) -> None:
+@pytest.mark.parametrize(
+    ("dtype", "fused_draw"), [("float32", False), ("bfloat16", False), ("bfloat16", True)]
+)
+def test_graphed_steps_equal_eager_steps_on_cuda(tiny_checkpoints, dtype: str, fused_draw: bool) -> None:
     model = Qwen3TTS.load(tiny_checkpoints["custom_voice"], device="cuda", dtype=dtype)
     for greedy in ([True, True, True], [False, True, False]):
-        eager = _run(model, FrameStepper(model.talker, SLOTS, 64, pad=True), greedy, steps=40)
-        graphed_stepper = FrameStepper(model.talker, SLOTS, 64, graphs=True)
+        eager_stepper = FrameStepper(model.talker, SLOTS, 64, pad=True, fused_draw=fused_draw)
+        eager = _run(model, eager_stepper, greedy, steps=40)
+        graphed_stepper = FrameStepper(model.talker, SLOTS, 64, graphs=True, fused_draw=fused_draw)
         graphed_stepper.capture()
         graphed = _run(model, graphed_stepper, greedy, steps=40)
         for a, b in zip(eager, graphed, strict=True):
