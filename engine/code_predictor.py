@@ -71,7 +71,6 @@ class CodePredictor(nn.Module):
         device = talker_hidden.device
         x = self.small_to_mtp_projection(torch.stack((talker_hidden, code0_embedding), dim=1))
         positions = torch.arange(2, device=device).expand(b, 2)
-        hidden = self.model(x, positions, cache)[:, -1]
         # Positions of codes 1..14 as inputs, made at once: [14, B', 1], each step's rows contiguous,
         # B' = B rounded up to even so that every step's rows start 16-byte aligned, as compiled
         # kernels assume of their inputs.
@@ -81,7 +80,7 @@ class CodePredictor(nn.Module):
         codes: list[Tensor] = []
         out = torch.empty(b, last + 1, dtype=torch.long, device=device) if fused_draw else None
         for k in range(last + 1):
-            logits = self.lm_head[k](hidden)
+            logits = self.model.last_logits(x, positions, cache, self.lm_head[k])
             table = self.model.codec_embedding[k].weight if k < last else None
             if out is not None:
                 from voicewire.engine import fused_draw as kernel  # Triton, which CUDA builds of torch carry
@@ -94,5 +93,5 @@ class CodePredictor(nn.Module):
             if row is None:
                 break
             x = self.small_to_mtp_projection(row)[:, None]
-            hidden = self.model(x, steps[k, :b], cache)[:, -1]
+            positions = steps[k, :b]
         return out if out is not None else torch.stack(codes, dim=1)

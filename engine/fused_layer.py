@@ -188,10 +188,12 @@ def _attention_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_L: tl.constexpr,
     IEEE: tl.constexpr,
+    ROPE_TABLES: tl.constexpr,
 ):
     """One (batch row, key head): norm + RoPE of its new keys, which go with their values to the
     cache at the rows' positions, then its G x T query rows (normed, rotated) attend over cache
-    positions [0, span) that are <= their own position, with a streaming softmax."""
+    positions [0, span) that are <= their own position, with a streaming softmax. ROPE_TABLES: cos
+    and sin are whole tables [L, D] read at each row's position, else one row [D] per query row."""
     b = tl.program_id(0)
     j = tl.program_id(1)
     dtype = k_cache_ptr.dtype.element_ty
@@ -215,8 +217,9 @@ def _attention_kernel(
         inv = 1.0 / tl.sqrt(tl.sum(key * key, axis=0) / D + eps)
         key = ((key * inv).to(dtype).to(tl.float32) * k_w).to(dtype).to(tl.float32)
         key_partner = ((key_partner * inv).to(dtype).to(tl.float32) * k_w_partner).to(dtype).to(tl.float32)
-        cos = tl.load(cos_ptr + row * D + dd)
-        sin = tl.load(sin_ptr + row * D + dd)
+        rope_at = pos if ROPE_TABLES else row
+        cos = tl.load(cos_ptr + rope_at * D + dd)
+        sin = tl.load(sin_ptr + rope_at * D + dd)
         rotated = (key * cos + sign * key_partner * sin).to(dtype)
         value = tl.load(qkv_ptr + row * width + (HEADS + KV + j) * D + dd)
         tl.store(k_cache_ptr + cache_at + pos * D + dd, rotated)
@@ -241,8 +244,9 @@ def _attention_kernel(
         .to(dtype)
         .to(tl.float32)
     )
-    cos = tl.load(cos_ptr + q_row[:, None] * D + dd[None, :], mask=r_ok[:, None], other=0.0)
-    sin = tl.load(sin_ptr + q_row[:, None] * D + dd[None, :], mask=r_ok[:, None], other=0.0)
+    q_rope_at = q_pos if ROPE_TABLES else q_row
+    cos = tl.load(cos_ptr + q_rope_at[:, None] * D + dd[None, :], mask=r_ok[:, None], other=0.0)
+    sin = tl.load(sin_ptr + q_rope_at[:, None] * D + dd[None, :], mask=r_ok[:, None], other=0.0)
     query = (query * cos + sign[None, :] * query_partner * sin).to(dtype)
 
     best = tl.full([BLOCK_R], float("-inf"), tl.float32)
@@ -291,7 +295,8 @@ def attend(
     span: int,
     heads: int,
 ) -> Tensor:
-    """qkv [B, T, (heads + 2 kv) d] from the stacked projection, cos/sin [B, T, d] float32 and
+    """qkv [B, T, (heads + 2 kv) d] from the stacked projection, cos/sin float32 (each row's
+    [B, T, d], or the tables of every cache position [L, d], read at the rows' positions) and
     positions [B, T] -> attention output [B, T, heads d]; writes the new keys and values at each
     row's positions of the caches [B, kv, L, d] (whole, contiguous tensors)."""
     b, t, _ = qkv.shape
@@ -303,6 +308,11 @@ def attend(
         raise ValueError("the caches must be contiguous (the kernel writes them in place)")
     if span > length:
         raise ValueError(f"span {span} exceeds the cache length {length}")
+    tables = cos.dim() == 2
+    if cos.shape != sin.shape or cos.shape != ((length, d) if tables else (b, t, d)):
+        raise ValueError(
+            f"cos/sin {tuple(cos.shape)} fit neither rows ({b}, {t}, {d}) nor tables ({length}, {d})"
+        )
     out = torch.empty(b, t, heads * d, device=qkv.device, dtype=qkv.dtype)
     _attention_kernel[(b, kv)](
         qkv.contiguous(),
@@ -326,6 +336,7 @@ def attend(
         BLOCK_R=max(16, triton.next_power_of_2(groups * t)),
         BLOCK_L=min(64, max(16, triton.next_power_of_2(span))),
         IEEE=qkv.dtype == torch.float32,
+        ROPE_TABLES=tables,
     )
     return out
 
@@ -393,13 +404,36 @@ def layer_forward(
     return x, out
 
 
+def stack_layers(
+    stack: DecoderStack, x: Tensor, positions: Tensor, cache: KVCache
+) -> tuple[Tensor, Tensor | None]:
+    """`stack`'s layers through `layer_forward`: x [B, T, H] at positions [B, T] -> (x, the last
+    layer's output still to be added), ahead of the final norm. RoPE is read from the cache's
+    tables inside the attention kernel: no gathered cos/sin per forward."""
+    delta = None
+    for i, layer in enumerate(stack.layers):
+        x, delta = layer_forward(
+            layer, x, delta, cache.cos, cache.sin, positions, cache.k[i], cache.v[i], cache.length
+        )
+    return x, delta
+
+
 def stack_forward(stack: DecoderStack, x: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
     """`DecoderStack.forward` through `layer_forward`: x [B, T, H] at positions [B, T] -> normed
     hidden states [B, T, H]."""
-    cos, sin = cache.cos[positions], cache.sin[positions]
-    delta = None
-    for i, layer in enumerate(stack.layers):
-        x, delta = layer_forward(layer, x, delta, cos, sin, positions, cache.k[i], cache.v[i], cache.length)
+    x, delta = stack_layers(stack, x, positions, cache)
     if delta is None:
         return stack.norm(x)
     return pointwise.add_rms_norm(x, delta, stack.norm.weight, stack.norm.eps)[1]
+
+
+def stack_last_logits(
+    stack: DecoderStack, x: Tensor, positions: Tensor, cache: KVCache, head: Tensor
+) -> Tensor:
+    """The last position's logits [B, V] through `head` [V, H]: the stack's final norm runs in the
+    head GEMV's prologue, one kernel fewer per forward."""
+    x, delta = stack_layers(stack, x, positions, cache)
+    norm = stack.norm
+    last = None if delta is None else delta[:, -1]
+    logits, _ = gemv(x[:, -1], head, last, norm.weight, norm.eps)
+    return logits

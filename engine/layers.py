@@ -321,6 +321,16 @@ class DecoderStack(nn.Module):
             return self.norm(x)
         return pointwise.add_rms_norm(x, delta, self.norm.weight, self.norm.eps)[1]
 
+    def last_logits(self, x: Tensor, positions: Tensor, cache: KVCache, head: nn.Linear) -> Tensor:
+        """The last position's logits [B, V] through the bias-free `head`, for x [B, T, H] at
+        positions [B, T]. On the fused path the final norm runs inside the head's GEMV."""
+        if pointwise.fusion_enabled():
+            from voicewire.engine import fused_layer  # Triton, which CUDA builds of torch carry
+
+            if fused_layer.applies(x, self.cfg) and head.bias is None:
+                return fused_layer.stack_last_logits(self, x, positions, cache, head.weight)
+        return head(self(x, positions, cache)[:, -1])
+
 
 def scaled_init_(module: nn.Module, gen: torch.Generator) -> None:
     """Fan-in-scaled linears, unit-variance embeddings, norms near one (random checkpoints)."""

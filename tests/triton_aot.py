@@ -115,10 +115,11 @@ def launches() -> list[tuple]:
             qkv, cos = torch.zeros(batch, t, 4096, dtype=dtype), torch.zeros(batch, t, 128)
             positions, norm = torch.zeros(batch, t, dtype=torch.long), torch.ones(128, dtype=dtype)
             cache = torch.zeros(batch, 8, 1024, 128, dtype=dtype)
-            found += recorded(
-                fused_layer, "_attention_kernel", fused_layer.attend,
-                qkv, norm, norm, 1e-6, cos, cos, positions, cache, cache, span, 16,
-            )  # fmt: skip
+            for rope in (cos, torch.zeros(1024, 128)):  # each row's cos/sin, or the whole tables
+                found += recorded(
+                    fused_layer, "_attention_kernel", fused_layer.attend,
+                    qkv, norm, norm, 1e-6, rope, rope, positions, cache, cache, span, 16,
+                )  # fmt: skip
     return found
 
 

@@ -84,10 +84,14 @@ def _unfused_attention(qkv, q_norm, k_norm, positions, k_cache, v_cache, span, c
     return out.transpose(1, 2).reshape(b, t, -1)
 
 
+@pytest.mark.parametrize("tables", [False, True])
 @pytest.mark.parametrize(
     ("t", "span", "positions"), [(1, 80, [[3], [70], [41]]), (2, 48, [[0, 1], [20, 21], [46, 47]])]
 )
-def test_attention_equals_unfused_and_writes_only_its_positions(t: int, span: int, positions: list) -> None:
+def test_attention_equals_unfused_and_writes_only_its_positions(
+    t: int, span: int, positions: list, tables: bool
+) -> None:
+    """RoPE from each row's gathered cos/sin, or read from the whole tables at the rows' positions."""
     gen = torch.Generator().manual_seed(t)
     b, h, kv, d, length = 3, CFG.num_heads, CFG.num_kv_heads, CFG.head_dim, 80
     qkv = torch.randn(b, t, (h + 2 * kv) * d, generator=gen)
@@ -104,9 +108,8 @@ def test_attention_equals_unfused_and_writes_only_its_positions(t: int, span: in
     want_k, want_v = k_cache.clone(), v_cache.clone()
     want = _unfused_attention(qkv, q_norm, k_norm, pos, want_k, want_v, span, cos_table, sin_table)
 
-    out = fused_layer.attend(
-        qkv, q_norm, k_norm, CFG.rms_norm_eps, cos_table[pos], sin_table[pos], pos, k_cache, v_cache, span, h
-    )
+    cos, sin = (cos_table, sin_table) if tables else (cos_table[pos], sin_table[pos])
+    out = fused_layer.attend(qkv, q_norm, k_norm, CFG.rms_norm_eps, cos, sin, pos, k_cache, v_cache, span, h)
     torch.testing.assert_close(k_cache, want_k)  # the new keys at their positions, all else untouched
     assert torch.equal(v_cache, want_v)
     torch.testing.assert_close(out, want)
@@ -123,6 +126,12 @@ def test_attention_refuses_a_span_past_the_cache_and_too_many_query_rows() -> No
         torch.zeros(1, 1, 16),
         torch.zeros(1, 1, dtype=torch.long),
     )
+    with pytest.raises(
+        ValueError, match=r"cos/sin \(1, 16\) fit neither rows \(1, 1, 16\) nor tables \(16, 16\)"
+    ):
+        fused_layer.attend(
+            qkv, args[0], args[1], 1e-6, torch.ones(1, 16), torch.ones(1, 16), args[5], cache, cache, 8, 4
+        )
     with pytest.raises(ValueError, match="span 17 exceeds the cache length 16"):
         fused_layer.attend(qkv, *args, cache, cache.clone(), 17, 4)
     with pytest.raises(ValueError, match="exceed 16"):
@@ -152,6 +161,28 @@ def test_stack_forward_equals_the_unfused_stack() -> None:
             torch.testing.assert_close(got, want)
             torch.testing.assert_close(fused_cache.k, unfused_cache.k)
             torch.testing.assert_close(fused_cache.v, unfused_cache.v)
+
+
+def test_last_logits_fold_the_final_norm_into_the_head() -> None:
+    """The code predictor's head on the fused path: the stack's layers, then the final norm inside
+    the head's GEMV, against the unfused stack, its norm and the head's matmul, from the same cache."""
+    stack = DecoderStack(CFG)
+    scaled_init_(stack, torch.Generator().manual_seed(5))
+    head = torch.nn.Linear(CFG.hidden_size, 40, bias=False)
+    scaled_init_(head, torch.Generator().manual_seed(6))
+    gen = torch.Generator().manual_seed(7)
+    stack.to(DEVICE), head.to(DEVICE)
+    cache = stack.new_cache(2, 32)
+    with torch.inference_mode():
+        for positions in (torch.tensor([[0, 1], [0, 1]]), torch.tensor([[2], [2]])):
+            positions = positions.to(DEVICE)
+            x = torch.randn(2, positions.shape[1], CFG.hidden_size, generator=gen).to(DEVICE)
+            fused_cache = KVCache(cache.k.clone(), cache.v.clone(), cache.cos, cache.sin, span=16)
+            got = fused_layer.stack_last_logits(stack, x, positions, fused_cache, head.weight)
+            want = head(stack(x, positions, cache)[:, -1])
+            assert got.shape == (2, 40)
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(fused_cache.k, cache.k)
 
 
 def test_the_fused_path_is_for_cuda_only() -> None:

@@ -26,9 +26,10 @@ def test_every_launch_compiles_for_hopper() -> None:
     launches = [json.loads(line) for line in done.stdout.splitlines()]
     kernels = [launch["kernel"] for launch in launches]
     # draw: 3 vocabularies x (with an embedding table, with masks); gemv: 2 dtypes x 2 row counts x 3
-    # projections; attention: 2 dtypes x 3 shapes.
+    # projections; attention: 2 dtypes x 3 shapes x (RoPE rows, RoPE tables).
     assert kernels.count("_draw_kernel") == 6 and kernels.count("_gemv_kernel") == 12
-    assert kernels.count("_attention_kernel") == 6
+    assert kernels.count("_attention_kernel") == 12
+    assert {d["ROPE_TABLES"] for d in launches if "ROPE_TABLES" in d} == {True, False}
     assert {(d["BLOCK_V"], d["HAS_TABLE"], d["HAS_MASKS"]) for d in launches if "BLOCK_V" in d} == {
         (v, table, not table) for v in (2048, 4096, 128) for table in (True, False)
     }
