@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from voicewire.engine import pdl
 from voicewire.engine.sampling import RowSampling
 
 
@@ -76,7 +77,11 @@ def _draw_kernel(
     BLOCK_H: tl.constexpr,
     HAS_TABLE: tl.constexpr,
     HAS_MASKS: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:  # everything here is written by earlier kernels (engine.pdl)
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0)
     ids = tl.arange(0, BLOCK_V)
     in_vocab = ids < V
@@ -197,5 +202,6 @@ def draw(
         HAS_TABLE=table is not None,
         HAS_MASKS=masks is not None,
         num_warps=4 if block_v <= 2048 else 8,
+        **pdl.launch_options(logits.device),
     )
     return out, rows

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from voicewire.engine import pointwise
+from voicewire.engine import pdl, pointwise
 
 if TYPE_CHECKING:
     from voicewire.engine.layers import Attention, DecoderConfig, DecoderLayer, DecoderStack, KVCache
@@ -57,13 +57,16 @@ def _gemv_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """out[m, n] = h[m, :] @ w[n, :], h = x (+ delta, written to sum) (RMS-normed and scaled by
     norm). GATED: w holds gate rows then up rows, and out = SiLU(h @ gate) * (h @ up).
 
     One pass over K: the norm's 1/rms is a per-row factor, so it scales the sums at the end, and
     the squares are summed with them. A first pass for the norm would add its load latency to
-    every projection; at a few rows that latency, not bandwidth, is the cost."""
+    every projection; at a few rows that latency, not bandwidth, is the cost. Each block's weights
+    are loaded a block ahead, the first before the wait for the previous kernel (engine.pdl): at
+    0.6B's K of 1024 that is all of them."""
     pid = tl.program_id(0)
     dtype = x_ptr.dtype.element_ty
     rows = tl.arange(0, BLOCK_M)
@@ -71,6 +74,17 @@ def _gemv_kernel(
     cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n
     ks = tl.arange(0, BLOCK_K)
+
+    w_at = cols[:, None] * K + ks[None, :]
+    w_ok = col_ok[:, None] & (ks < K)[None, :]
+    w = tl.load(w_ptr + w_at, mask=w_ok, other=0.0)
+    if GATED:
+        up = tl.load(w_ptr + n * K + w_at, mask=w_ok, other=0.0)
+    else:
+        up = w
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
 
     squares = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
@@ -80,6 +94,14 @@ def _gemv_kernel(
         at = rows[:, None] * K + (k0 + ks)[None, :]
         ok = row_ok[:, None] & k_ok[None, :]
         h = tl.load(x_ptr + at, mask=ok, other=0.0)
+        w_now = w
+        up_now = up
+        ahead = k0 + BLOCK_K + ks
+        w_at = cols[:, None] * K + ahead[None, :]
+        w_ok = col_ok[:, None] & (ahead < K)[None, :]
+        w = tl.load(w_ptr + w_at, mask=w_ok, other=0.0)
+        if GATED:
+            up = tl.load(w_ptr + n * K + w_at, mask=w_ok, other=0.0)
         if HAS_DELTA:
             # The residual sum rounds to the model's dtype, as the unfused sum does.
             h = (h.to(tl.float32) + tl.load(delta_ptr + at, mask=ok, other=0.0).to(tl.float32)).to(dtype)
@@ -89,13 +111,9 @@ def _gemv_kernel(
         if NORM:
             squares += tl.sum(h32 * h32, axis=1)
             h32 = h32 * tl.load(norm_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)[None, :]
-        w_at = cols[:, None] * K + (k0 + ks)[None, :]
-        w_ok = col_ok[:, None] & k_ok[None, :]
-        w = tl.load(w_ptr + w_at, mask=w_ok, other=0.0)
-        acc += tl.sum(h32[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+        acc += tl.sum(h32[:, None, :] * w_now.to(tl.float32)[None, :, :], axis=2)
         if GATED:
-            up = tl.load(w_ptr + n * K + w_at, mask=w_ok, other=0.0)
-            acc_up += tl.sum(h32[:, None, :] * up.to(tl.float32)[None, :, :], axis=2)
+            acc_up += tl.sum(h32[:, None, :] * up_now.to(tl.float32)[None, :, :], axis=2)
 
     if NORM:
         inv = 1.0 / tl.sqrt(squares / K + eps)
@@ -161,6 +179,7 @@ def gemv(
         BLOCK_M=triton.next_power_of_2(m),
         BLOCK_N=block_n,
         BLOCK_K=block_k,
+        **pdl.launch_options(x.device),
     )
     return out.reshape(*lead, n), (total.reshape(x.shape) if total is not None else None)
 
@@ -189,6 +208,7 @@ def _attention_kernel(
     BLOCK_L: tl.constexpr,
     IEEE: tl.constexpr,
     ROPE_TABLES: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """One (batch row, key head): norm + RoPE of its new keys, which go with their values to the
     cache at the rows' positions, then its G x T query rows (normed, rotated) attend over cache
@@ -208,6 +228,11 @@ def _attention_kernel(
 
     k_w = tl.load(k_norm_ptr + dd).to(tl.float32)
     k_w_partner = tl.load(k_norm_ptr + partner).to(tl.float32)
+    q_w = tl.load(q_norm_ptr + dd).to(tl.float32)
+    q_w_partner = tl.load(q_norm_ptr + partner).to(tl.float32)
+    if PDL:  # the norms' weights above; all else waits for the previous kernel (engine.pdl)
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     for t in tl.static_range(T):
         row = b * T + t
         pos = tl.load(pos_ptr + row)
@@ -236,8 +261,6 @@ def _attention_kernel(
     query = tl.load(q_at + dd[None, :], mask=r_ok[:, None], other=0.0).to(tl.float32)
     query_partner = tl.load(q_at + partner[None, :], mask=r_ok[:, None], other=0.0).to(tl.float32)
     inv = 1.0 / tl.sqrt(tl.sum(query * query, axis=1) / D + eps)
-    q_w = tl.load(q_norm_ptr + dd).to(tl.float32)
-    q_w_partner = tl.load(q_norm_ptr + partner).to(tl.float32)
     query = ((query * inv[:, None]).to(dtype).to(tl.float32) * q_w[None, :]).to(dtype).to(tl.float32)
     query_partner = (
         ((query_partner * inv[:, None]).to(dtype).to(tl.float32) * q_w_partner[None, :])
@@ -337,6 +360,7 @@ def attend(
         BLOCK_L=min(64, max(16, triton.next_power_of_2(span))),
         IEEE=qkv.dtype == torch.float32,
         ROPE_TABLES=tables,
+        **pdl.launch_options(qkv.device),
     )
     return out
 

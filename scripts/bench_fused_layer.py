@@ -2,8 +2,8 @@
 figure a CUDA graph of the work replayed (CUDA only; docs/benchmarks.md, "The fused layer").
 
   stack      a code-predictor frame (its 5 layers run 15 times: 2 positions, then 14 x 1) and a
-             talker step (28 layers, span 128) per batch, fused and unfused, and how far apart
-             their outputs are
+             talker step (28 layers, span 128) per batch, fused (with and without programmatic
+             dependent launch, engine.pdl) and unfused, and how far apart their outputs are
   attention  `attend` against q/k norm + RoPE + KV write + few-row attention, per call
   gemv       the GEMV's blocks swept per projection and row count, against cuBLAS
   draw       engine/fused_draw.py's draw + embedding row against `sampling.sample` + an embedding
@@ -19,6 +19,7 @@ import argparse
 import functools
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +28,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from voicewire.engine import fused_draw, fused_layer, pointwise
+from voicewire.engine import fused_draw, fused_layer, pdl, pointwise
 from voicewire.engine.layers import (
     DecoderConfig,
     DecoderStack,
@@ -83,6 +84,21 @@ def fused(stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: 
     return fused_layer.stack_forward(stack, x, positions, cache)
 
 
+def fused_with_pdl(
+    stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache
+) -> torch.Tensor:
+    """The fused stack with programmatic dependent launch (engine.pdl), whatever VOICEWIRE_PDL says."""
+    saved = os.environ.get("VOICEWIRE_PDL")
+    os.environ["VOICEWIRE_PDL"] = "1"
+    try:
+        return fused(stack, x, positions, cache)
+    finally:
+        if saved is None:
+            del os.environ["VOICEWIRE_PDL"]
+        else:
+            os.environ["VOICEWIRE_PDL"] = saved
+
+
 def bench_stack() -> list[dict]:
     predictor, talker, rows = stack_of(5), stack_of(28), []
     for b in (1, 2, 4):  # the predictor's first forward at 4 rows is 8 rows, GEMV_ROWS
@@ -101,7 +117,7 @@ def bench_stack() -> list[dict]:
             return hidden
 
         outputs, times = {}, {}
-        for name, path in (("unfused", unfused), ("fused", fused)):
+        for name, path in (("unfused", unfused), ("fused", fused), ("fused_with_pdl", fused_with_pdl)):
             cache.k.zero_()
             cache.v.zero_()
             outputs[name] = frame(path).float()
@@ -118,9 +134,13 @@ def bench_stack() -> list[dict]:
             "batch": b,
             "predictor_frame_ms": {k: round(v, 3) for k, v in times.items()},
             "predictor_max_difference": (outputs["fused"] - outputs["unfused"]).abs().max().item(),
+            "pdl_same_output": torch.equal(outputs["fused"], outputs["fused_with_pdl"]),
             "talker_step_ms": {
                 "unfused": round(graph_ms(functools.partial(unfused, talker, x1, positions, spanned)), 3),
                 "fused": round(graph_ms(functools.partial(fused, talker, x1, positions, spanned)), 3),
+                "fused_with_pdl": round(
+                    graph_ms(functools.partial(fused_with_pdl, talker, x1, positions, spanned)), 3
+                ),
             },
             "talker_max_difference": talker_gap.item(),
         }
@@ -202,6 +222,7 @@ def bench_gemv() -> list[dict]:
                         fused_layer._gemv_kernel[(triton.cdiv(n, bn),)](
                             x, x, total, norm, weight, out, m, n, 1e-6, K=k, HAS_DELTA=normed, NORM=normed,
                             GATED=gated, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=bn, BLOCK_K=bk, num_warps=w,
+                            **pdl.launch_options(x.device),
                         )  # fmt: skip
 
                 us = graph_ms(calls) / copies * 1e3

@@ -53,7 +53,7 @@ def compile_call(kernel, args: tuple, kwargs: dict) -> dict:
 
     names = list(inspect.signature(kernel.fn).parameters)
     constexpr = {p.name for p in kernel.params if p.is_constexpr}
-    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "launch_pdl") if k in kwargs}
     values = dict(zip(names, args, strict=False)) | kwargs
     constants = {n: v for n, v in values.items() if n in constexpr}
     signature = {n: "constexpr" if n in constants else _type(v) for n, v in values.items()}
@@ -62,7 +62,14 @@ def compile_call(kernel, args: tuple, kwargs: dict) -> dict:
         target=GPUTarget("cuda", 90, 32),
         options=options,
     )
-    return {"kernel": kernel.fn.__name__, "cubin_bytes": len(compiled.asm["cubin"])} | constants
+    ptx = compiled.asm["ptx"]
+    return {
+        "kernel": kernel.fn.__name__,
+        "cubin_bytes": len(compiled.asm["cubin"]),
+        "launch_pdl": bool(compiled.metadata.launch_pdl),
+        "waits": "griddepcontrol.wait" in ptx,
+        "launches_dependents": "griddepcontrol.launch_dependents" in ptx,
+    } | constants
 
 
 def recorded(module, name: str, wrapper: Callable, *args: object, **kwargs: object) -> list[tuple]:
@@ -78,7 +85,20 @@ def recorded(module, name: str, wrapper: Callable, *args: object, **kwargs: obje
 
 
 def launches() -> list[tuple]:
-    """(kernel, args, kwargs) for the engine's kernels at 0.6B shapes in bfloat16 and tiny ones in float32."""
+    """(kernel, args, kwargs) for the engine's kernels at 0.6B shapes in bfloat16 and tiny ones in
+    float32, launched one after another, then with programmatic dependent launch (engine.pdl)."""
+    from voicewire.engine import pdl
+
+    found = _launches()
+    choose = pdl.launch_options
+    pdl.launch_options = lambda device: {"PDL": True, "launch_pdl": True}
+    try:
+        return found + _launches()
+    finally:
+        pdl.launch_options = choose
+
+
+def _launches() -> list[tuple]:
     from voicewire.engine import fused_draw, fused_layer
     from voicewire.engine.sampling import RowSampling, SamplingParams
 

@@ -25,11 +25,16 @@ def test_every_launch_compiles_for_hopper() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     launches = [json.loads(line) for line in done.stdout.splitlines()]
     kernels = [launch["kernel"] for launch in launches]
-    # draw: 3 vocabularies x (with an embedding table, with masks); gemv: 2 dtypes x 2 row counts x 3
+    # Each set twice, launched one after another and with programmatic dependent launch. Draw:
+    # 3 vocabularies x (with an embedding table, with masks); gemv: 2 dtypes x 2 row counts x 3
     # projections; attention: 2 dtypes x 3 shapes x (RoPE rows, RoPE tables).
-    assert kernels.count("_draw_kernel") == 6 and kernels.count("_gemv_kernel") == 12
-    assert kernels.count("_attention_kernel") == 12
+    assert kernels.count("_draw_kernel") == 12 and kernels.count("_gemv_kernel") == 24
+    assert kernels.count("_attention_kernel") == 24
     assert {d["ROPE_TABLES"] for d in launches if "ROPE_TABLES" in d} == {True, False}
+    # With it, each kernel waits for the previous one and lets the next start (engine.pdl).
+    plain, chained = launches[: len(launches) // 2], launches[len(launches) // 2 :]
+    assert not any(d["PDL"] or d["launch_pdl"] or d["waits"] or d["launches_dependents"] for d in plain)
+    assert all(d["PDL"] and d["launch_pdl"] and d["waits"] and d["launches_dependents"] for d in chained)
     assert {(d["BLOCK_V"], d["HAS_TABLE"], d["HAS_MASKS"]) for d in launches if "BLOCK_V" in d} == {
         (v, table, not table) for v in (2048, 4096, 128) for table in (True, False)
     }

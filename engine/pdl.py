@@ -1,0 +1,42 @@
+"""Programmatic dependent launch (Hopper and later) for the engine's Triton kernels.
+
+At one stream a frame is about 450 small kernels in a row, and each pays the gap between one
+kernel's end and the next one's start. Launched this way, a kernel may start while the one before
+it is still running: it loads what no earlier kernel writes (its weights) first, then waits at
+`gdc_wait` until the previous kernel has finished and its writes are visible, then lets the next
+kernel start (`gdc_launch_dependents`). So at most two kernels overlap, and the second one's weight
+reads hide behind the first one's work. Every kernel launched this way must wait before it reads
+or writes anything another kernel touches.
+
+Off unless `VOICEWIRE_PDL=1`, until a GPU A/B has timed it (docs/engine.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+
+@functools.cache
+def _hopper_or_later(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (9, 0)
+
+
+def enabled(device: torch.device) -> bool:
+    """Whether kernels on `device` launch with programmatic dependent launch: with VOICEWIRE_PDL=1,
+    on CUDA devices of compute capability 9.0 or later, compiled (not in Triton's interpreter)."""
+    if device.type != "cuda" or os.environ.get("VOICEWIRE_PDL", "0") != "1":
+        return False
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _hopper_or_later(index)
+
+
+def launch_options(device: torch.device) -> dict[str, object]:
+    """Keyword arguments for a Triton launch whose kernel takes a `PDL` constexpr: the constant, and
+    the launch attribute when it is on."""
+    on = enabled(device)
+    return {"PDL": True, "launch_pdl": True} if on else {"PDL": False}
