@@ -24,12 +24,13 @@ CFG = DecoderConfig(
 )  # fmt: skip
 
 
+@pytest.mark.parametrize("k", [96, 1100])  # one K block; several, each loaded a block ahead, and a tail
 @pytest.mark.parametrize("rows", [1, 3, 8])
-def test_gemv_equals_norm_then_matmul(rows: int) -> None:
+def test_gemv_equals_norm_then_matmul(rows: int, k: int) -> None:
     gen = torch.Generator().manual_seed(rows)
-    x, delta = torch.randn(rows, 96, generator=gen), torch.randn(rows, 96, generator=gen)
-    weight = torch.randn(40, 96, generator=gen) / 10
-    norm = 1 + 0.1 * torch.randn(96, generator=gen)
+    x, delta = torch.randn(rows, k, generator=gen), torch.randn(rows, k, generator=gen)
+    weight = torch.randn(40, k, generator=gen) / k**0.5
+    norm = 1 + 0.1 * torch.randn(k, generator=gen)
     x, delta, weight, norm = (t.to(DEVICE) for t in (x, delta, weight, norm))
 
     out, total = fused_layer.gemv(x, weight)
