@@ -89,6 +89,11 @@ def _stepper(
     )
     if settings.whole_kv:
         stepper.spans = [config.kv_length]
+    if stepper.buckets is not None:
+        # Only the buckets the timed steps use, and 1 for the first frame after a prefill: capturing
+        # all 15 at 256 slots takes minutes of a lent GPU.
+        used = {next(bucket for bucket in stepper.buckets if bucket >= b) for b in settings.batches}
+        stepper.buckets = sorted(used | {1})
     if graphs:
         stepper.capture()
     options = GenerationOptions.from_generation_config(model.generation_config, suppress_eos=True)
@@ -120,6 +125,7 @@ def bench_parts(model: Qwen3TTS, config: EngineConfig, settings: PartsSettings) 
     }
     with torch.inference_mode():
         stepper = _stepper(model, config, graphs, max(settings.batches), settings)
+        report["step_buckets"] = stepper.buckets
         report["step"] = _step_times(model, stepper, settings, gen)
         report["prefill"] = _prefill_times(model, stepper, settings, gen)
         stepper = None  # its KV and graphs go before the decoder's are made

@@ -12,6 +12,7 @@ def test_bench_parts_reports_every_piece(tmp_path: Path) -> None:
     assert main([*argv, "--decoder-frames", "1,2", "--repeats", "2", "--profile", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["device"] == "cpu" and report["kv_length"] == 64 and report["graphs"] is False
+    assert report["step_buckets"] == [1, 3]  # only the batches timed: 2 is not made
     # Prompts of 5 rows attend to an eighth of the KV, prompts of 40 to all of it.
     assert [(s["batch"], s["positions"], s["span"]) for s in report["step"]] == [
         (1, 5, 8),
