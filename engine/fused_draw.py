@@ -1,6 +1,6 @@
 """A token draw in one Triton kernel: `sampling.sample` for every row of a batch, plus the chosen
-code's embedding row, or with the talker's penalty and masks first (CUDA, off unless the engine's
-`fused_draw` is set).
+code's embedding row, or with the talker's penalty and masks first (CUDA; the engine's `fused_draw`,
+on by default).
 
 At one stream a frame makes 16 draws: code 0, then 15 in the code predictor. Each unfused draw is
 a top-k (about 19 us on an H100, several passes over the vocabulary), a handful of 2 us

@@ -322,8 +322,8 @@ class DecoderStack(nn.Module):
         return pointwise.add_rms_norm(x, delta, self.norm.weight, self.norm.eps)[1]
 
     def last_logits(self, x: Tensor, positions: Tensor, cache: KVCache, head: nn.Linear) -> Tensor:
-        """The last position's logits [B, V] through the bias-free `head`, for x [B, T, H] at
-        positions [B, T]. On the fused path the final norm runs inside the head's GEMV."""
+        """The last position's logits [B, V] through `head`, for x [B, T, H] at positions [B, T].
+        On the fused path, with a bias-free head, the final norm runs inside the head's GEMV."""
         if pointwise.fusion_enabled():
             from voicewire.engine import fused_layer  # Triton, which CUDA builds of torch carry
 

@@ -1,6 +1,6 @@
 """Programmatic dependent launch (Hopper and later) for the engine's Triton kernels.
 
-At one stream a frame is about 450 small kernels in a row, and each pays the gap between one
+At one stream a frame is hundreds of small kernels in a row, and each pays the gap between one
 kernel's end and the next one's start. Launched this way, a kernel may start while the one before
 it is still running: it loads what no earlier kernel writes (its weights) first, then waits at
 `gdc_wait` until the previous kernel has finished and its writes are visible, then lets the next
