@@ -32,6 +32,13 @@ class BenchSettings:
     text_rate: float = 20.0  # text tokens per second per stream; 0 pushes all text at once
     speaker: str | None = None
     seed: int = 0
+    # Sessions each stream runs back to back: with K > 1 the engine keeps N streams open at all
+    # times and admits new ones while others step, as a service under steady traffic does.
+    sessions_per_stream: int = 1
+
+    def __post_init__(self) -> None:
+        if self.streams < 1 or self.frames < 1 or self.sessions_per_stream < 1:
+            raise ValueError("streams, frames and sessions_per_stream must be at least 1")
 
 
 @dataclass
@@ -105,16 +112,24 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
     pieces = [model.tokenizer.decode([i]) for i in ids]
     if settings.text_rate <= 0:
         pieces = [BENCH_TEXT]
-    options = [
-        StreamOptions(seed=settings.seed + i, max_frames=settings.frames, suppress_eos=True)
-        for i in range(settings.streams)
-    ]
+    sessions = settings.sessions_per_stream
+
+    async def run_stream(i: int) -> list[_StreamTiming]:
+        timings = []
+        for k in range(sessions):  # each session opens when the one before has ended
+            seed = settings.seed + i * sessions + k
+            options = StreamOptions(seed=seed, max_frames=settings.frames, suppress_eos=True)
+            timings.append(
+                await _drive(engine, engine.open_stream(voice, options), pieces, settings.text_rate)
+            )
+        return timings
+
     if engine.model.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(engine.model.device)
     started = time.perf_counter()
-    streams = [engine.open_stream(voice, o) for o in options]
-    timings = await asyncio.gather(*(_drive(engine, s, pieces, settings.text_rate) for s in streams))
+    per_stream = await asyncio.gather(*(run_stream(i) for i in range(settings.streams)))
     wall = time.perf_counter() - started
+    timings = [t for stream_timings in per_stream for t in stream_timings]
     if engine.model.device.type == "cuda":
         peak_mb = torch.cuda.max_memory_allocated(engine.model.device) / 2**20
     else:
@@ -129,6 +144,7 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
         "dtype": str(engine.model.dtype).removeprefix("torch."),
         "streams": settings.streams,
         "frames_per_stream": settings.frames,
+        "sessions_per_stream": sessions,
         "text_rate_tokens_per_s": settings.text_rate,
         "first_chunk_ms": _percentiles([t.first_chunk_s * 1000 for t in timings]),
         "speed_x_realtime": _percentiles([t.audio_s / t.done_s for t in timings]),

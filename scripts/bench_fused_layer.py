@@ -80,23 +80,30 @@ def unfused(stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache
         fused_layer.MAX_ROWS, fused_layer.MAX_ATTEND_BATCH = saved
 
 
-def fused(stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
-    return fused_layer.stack_forward(stack, x, positions, cache)
-
-
-def fused_with_pdl(
-    stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache
+def _stack_with_pdl(
+    switch: str, stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache
 ) -> torch.Tensor:
-    """The fused stack with programmatic dependent launch (engine.pdl), whatever VOICEWIRE_PDL says."""
+    """The fused stack with VOICEWIRE_PDL set to `switch` (engine.pdl), whatever the caller's is."""
     saved = os.environ.get("VOICEWIRE_PDL")
-    os.environ["VOICEWIRE_PDL"] = "1"
+    os.environ["VOICEWIRE_PDL"] = switch
     try:
-        return fused(stack, x, positions, cache)
+        return fused_layer.stack_forward(stack, x, positions, cache)
     finally:
         if saved is None:
             del os.environ["VOICEWIRE_PDL"]
         else:
             os.environ["VOICEWIRE_PDL"] = saved
+
+
+def fused(stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """The fused stack without programmatic dependent launch."""
+    return _stack_with_pdl("0", stack, x, positions, cache)
+
+
+def fused_with_pdl(
+    stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache
+) -> torch.Tensor:
+    return _stack_with_pdl("1", stack, x, positions, cache)
 
 
 def bench_stack() -> list[dict]:

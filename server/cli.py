@@ -324,7 +324,12 @@ def _bench_engine(args: argparse.Namespace) -> int:
 
     config = _bench_config(args, max(args.streams, 1), args.variant)
     model = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)
-    settings = BenchSettings(streams=args.streams, frames=args.frames, text_rate=args.text_rate)
+    settings = BenchSettings(
+        streams=args.streams,
+        frames=args.frames,
+        text_rate=args.text_rate,
+        sessions_per_stream=args.sessions_per_stream,
+    )
 
     async def bench() -> dict:
         with Engine(model, config) as engine:
@@ -518,6 +523,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--streams", type=int, default=4, help="concurrent streams")
     bench.add_argument(
         "--text-rate", type=float, default=20.0, help="text tokens per second per stream; 0 = all at once"
+    )
+    bench.add_argument(
+        "--sessions-per-stream",
+        type=int,
+        default=1,
+        metavar="K",
+        help="sessions each stream runs back to back (default 1), so new streams are admitted while "
+        "others step, as in `voicewire bench --sessions-per-stream`",
     )
     bench.add_argument("--warmup", type=int, default=4, help="frames of a warm-up stream first (0: none)")
     bench.add_argument(

@@ -7,9 +7,7 @@ import torch
 from voicewire.engine import pdl
 
 
-def test_off_by_default_and_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("VOICEWIRE_PDL", raising=False)
-    assert pdl.launch_options(torch.device("cuda", 0)) == {"PDL": False}
+def test_off_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VOICEWIRE_PDL", "1")
     assert not pdl.enabled(torch.device("cpu"))
     assert pdl.launch_options(torch.device("cpu")) == {"PDL": False}
@@ -24,8 +22,13 @@ def test_off_when_asked_or_interpreted(monkeypatch: pytest.MonkeyPatch, name: st
     assert pdl.launch_options(torch.device("cuda", 0)) == {"PDL": False}
 
 
-def test_on_for_hopper_and_later(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VOICEWIRE_PDL", "1")
+@pytest.mark.parametrize("switch", [None, "1"])
+def test_on_for_hopper_and_later(monkeypatch: pytest.MonkeyPatch, switch: str | None) -> None:
+    """On by default, as with VOICEWIRE_PDL=1."""
+    if switch is None:
+        monkeypatch.delenv("VOICEWIRE_PDL", raising=False)
+    else:
+        monkeypatch.setenv("VOICEWIRE_PDL", switch)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     capabilities = {0: (8, 0), 1: (9, 0), 2: (10, 0)}
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: capabilities[index])
