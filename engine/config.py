@@ -34,6 +34,20 @@ class ChunkSchedule:
 
 
 @dataclass(frozen=True)
+class DecodeDeferral:
+    """When a stream far ahead of its listener may let its due chunk wait, so that the decoder's
+    passes fill up: a pass costs about the same fixed time whether it holds 8 streams or 64
+    (docs/engine.md, "The decoder stage"). Off while `ahead_s` is 0."""
+
+    ahead_s: float = 0.0  # audio ahead of a real-time listener from which a chunk may wait
+    rows: int = 64  # waiting chunks go when this many are due; fewer open streams: none waits
+
+    def __post_init__(self) -> None:
+        if self.ahead_s < 0 or self.rows < 1:
+            raise InvalidOptions(f"decode_deferral needs ahead_s >= 0 and rows >= 1, got {self}")
+
+
+@dataclass(frozen=True)
 class StreamOptions:
     """Per-stream settings; None takes the checkpoint's generation_config.json or the engine's default."""
 
@@ -102,6 +116,7 @@ class EngineConfig:
     fused_draw: bool = True  # on CUDA, each token draw of a frame as one Triton kernel (engine.fused_draw)
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
+    decode_deferral: DecodeDeferral = field(default_factory=DecodeDeferral)
     vllm: VllmSettings = field(default_factory=VllmSettings)
 
     def __post_init__(self) -> None:
@@ -129,6 +144,8 @@ class EngineConfig:
             values["segments"] = SegmentPolicy(**values["segments"])
         if "vllm" in values:
             values["vllm"] = _section(VllmSettings, "vllm", values["vllm"])
+        if "decode_deferral" in values:
+            values["decode_deferral"] = _section(DecodeDeferral, "decode_deferral", values["decode_deferral"])
         if "chunks" in values:
             chunks = dict(values["chunks"])
             if "frames" in chunks:

@@ -5,6 +5,8 @@ row of one `CodecDecoderState`; the incremental decoder carries its context, so 
 exactly the new samples and equal one full decode. A stream's frames wait until its next chunk
 size is reached (small first chunk, larger later), or until a segment end, flush or close drains
 them. A round decodes every due chunk in shared passes, one per graphed frame count (8, 4, 2, 1).
+With a `DecodeDeferral`, and enough streams open, a stream far ahead of its listener lets its due
+chunk wait for a round whose passes it fits, or until enough chunks wait to fill a pass.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ import torch
 from torch import Tensor
 
 from voicewire.engine.codec_decoder import CodecDecoder
-from voicewire.engine.config import ChunkSchedule
+from voicewire.engine.config import ChunkSchedule, DecodeDeferral
 from voicewire.engine.decoder_batch import BatchedDecoder, split_frames
 from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.metrics import EngineMetrics
 from voicewire.engine.segments import TrackEntry
-from voicewire.engine.stream import SAMPLES_PER_FRAME, AudioChunk, Stream, StreamResult
+from voicewire.engine.stream import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk, Stream, StreamResult
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,14 @@ class _Decoding:
     chunk_index: int = 0
     offset: int = 0  # samples delivered
     text_end: int = 0
+    first_audio_at: float | None = None  # time.monotonic() of the first samples delivered
+
+    def ahead_s(self, now: float) -> float:
+        """Audio delivered beyond what a listener playing it in real time from its first samples
+        has heard by `now` (negative: it would have run dry)."""
+        if self.first_audio_at is None:
+            return 0.0
+        return self.offset / SAMPLE_RATE - (now - self.first_audio_at)
 
     def due(self) -> int:
         """Frames to decode now (0: none yet)."""
@@ -97,8 +107,11 @@ class DecoderStage:
         chunks: ChunkSchedule,
         graphs: bool = False,
         metrics: EngineMetrics | None = None,
+        deferral: DecodeDeferral | None = None,
     ) -> None:
         self.metrics = metrics or EngineMetrics()
+        self.deferral = deferral or DecodeDeferral()
+        self.waiting = 0  # due chunks the last round let wait
         self.batch = BatchedDecoder(decoder, slots, graphs=graphs)
         if graphs:
             self.batch.capture()
@@ -148,6 +161,8 @@ class DecoderStage:
                 try:
                     message = self._inbox.get(timeout=0.05)
                 except queue.Empty:
+                    if self.waiting:  # waiting chunks fall due with time alone
+                        self.process()
                     continue
                 with torch.inference_mode():
                     self._apply(message)
@@ -207,19 +222,40 @@ class DecoderStage:
     def _decode_due(self) -> bool:
         """Decode one round of due chunks, then deliver marks; returns whether anything happened."""
         self._reset_fresh()
-        due: list[_Chunk] = []
+        now = time.monotonic()
+        deferring = self.deferral.ahead_s > 0 and len(self._streams) >= self.deferral.rows
+        going: list[tuple[_Decoding, int]] = []
+        waiting: list[tuple[_Decoding, int]] = []
         marked = []
         for decoding in list(self._streams.values()):
             n = decoding.due()
             if n:
-                frames = [decoding.queue.popleft() for _ in range(n)]
-                due.append(_Chunk(decoding, frames, sorted(split_frames(n))))
+                (waiting if deferring and self._may_wait(decoding, n, now) else going).append((decoding, n))
             elif decoding.queue and isinstance(decoding.queue[0], _Mark):
                 marked.append(decoding)
+        if len(waiting) >= self.deferral.rows:  # enough to fill passes of their own
+            going, waiting = going + waiting, []
+        elif waiting:  # ride along where the round runs the passes a chunk needs anyway
+            passes = {size for _, n in going for size in split_frames(n)}
+            still = []
+            for decoding, n in waiting:
+                (going if set(split_frames(n)) <= passes else still).append((decoding, n))
+            waiting = still
+        self.waiting = len(waiting)
+        due = []
+        for decoding, n in going:
+            frames = [decoding.queue.popleft() for _ in range(n)]
+            due.append(_Chunk(decoding, frames, sorted(split_frames(n))))
         self._decode(due)
         for decoding in marked:
             self._deliver_mark(decoding)
         return bool(due or marked)
+
+    def _may_wait(self, decoding: _Decoding, n: int, now: float) -> bool:
+        """Whether a due chunk of n frames may wait: not one that a mark drains (a flush or the end
+        waits for it), and only while its listener has `deferral.ahead_s` of audio in hand."""
+        drained = any(isinstance(item, _Mark) for item in decoding.queue)
+        return not drained and decoding.ahead_s(now) >= self.deferral.ahead_s
 
     def _decode(self, due: list[_Chunk]) -> None:
         """Every due chunk, in shared passes: a pass decodes one frame count, the graphs' (8, 4, 2, 1),
@@ -291,8 +327,10 @@ class DecoderStage:
             final=bool(mark and mark.close is not None),
         )
         first_text = decoding.stream.first_text_at
-        if decoding.offset == 0 and pcm.shape[0] and first_text is not None:
-            self.metrics.first_chunk.observe(time.monotonic() - first_text)
+        if decoding.offset == 0 and pcm.shape[0]:
+            decoding.first_audio_at = time.monotonic()
+            if first_text is not None:
+                self.metrics.first_chunk.observe(decoding.first_audio_at - first_text)
         decoding.offset += pcm.shape[0]
         decoding.chunk_index += 1
         decoding.stream.deliver(chunk)

@@ -104,7 +104,12 @@ class Engine:
         graphs = self.config.cuda_graphs and model.device.type == "cuda"
         self.metrics = EngineMetrics()
         self.decoder_stage = DecoderStage(
-            model.decoder, self.config.max_streams, self.config.chunks, graphs, self.metrics
+            model.decoder,
+            self.config.max_streams,
+            self.config.chunks,
+            graphs,
+            self.metrics,
+            self.config.decode_deferral,
         )
         max_ahead = int(self.config.max_buffered_seconds * SAMPLE_RATE)
         self._ids = itertools.count(1)
