@@ -36,8 +36,8 @@ class ChunkSchedule:
 @dataclass(frozen=True)
 class DecodeDeferral:
     """When a stream far ahead of its listener may let its due chunk wait, so that the decoder's
-    passes fill up: a pass costs about the same fixed time whether it holds 8 streams or 64
-    (docs/engine.md, "The decoder stage"). Off while `ahead_s` is 0."""
+    passes fill up: at small sizes a pass costs about the same whatever it holds (docs/engine.md,
+    "Deferred chunks"). Off while `ahead_s` is 0."""
 
     ahead_s: float = 0.0  # audio ahead of a real-time listener from which a chunk may wait
     rows: int = 64  # waiting chunks go when this many are due; fewer open streams: none waits

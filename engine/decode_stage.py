@@ -230,7 +230,7 @@ class DecoderStage:
         for decoding in list(self._streams.values()):
             n = decoding.due()
             if n:
-                (waiting if deferring and self._may_wait(decoding, n, now) else going).append((decoding, n))
+                (waiting if deferring and self._may_wait(decoding, now) else going).append((decoding, n))
             elif decoding.queue and isinstance(decoding.queue[0], _Mark):
                 marked.append(decoding)
         if len(waiting) >= self.deferral.rows:  # enough to fill passes of their own
@@ -251,8 +251,8 @@ class DecoderStage:
             self._deliver_mark(decoding)
         return bool(due or marked)
 
-    def _may_wait(self, decoding: _Decoding, n: int, now: float) -> bool:
-        """Whether a due chunk of n frames may wait: not one that a mark drains (a flush or the end
+    def _may_wait(self, decoding: _Decoding, now: float) -> bool:
+        """Whether a stream's due chunk may wait: not one that a mark drains (a flush or the end
         waits for it), and only while its listener has `deferral.ahead_s` of audio in hand."""
         drained = any(isinstance(item, _Mark) for item in decoding.queue)
         return not drained and decoding.ahead_s(now) >= self.deferral.ahead_s
