@@ -7,6 +7,7 @@ Every row carries its own positions, so rows at different points of their uttera
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -304,13 +305,20 @@ class DecoderStack(nn.Module):
         weight = self.norm.weight
         return KVCache.allocate(self.cfg, batch, length, weight.device, weight.dtype)
 
+    def _fused_layer(self, x: Tensor) -> ModuleType | None:
+        """engine.fused_layer when its kernels take a step of x [B, T, H] (fusion on, and a shape
+        they handle), else None."""
+        if not pointwise.fusion_enabled():
+            return None
+        from voicewire.engine import fused_layer  # Triton, which CUDA builds of torch carry
+
+        return fused_layer if fused_layer.applies(x, self.cfg) else None
+
     def forward(self, x: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
         """x [B, T, H] at positions [B, T] -> normed hidden states [B, T, H]."""
-        if pointwise.fusion_enabled():
-            from voicewire.engine import fused_layer  # Triton, which CUDA builds of torch carry
-
-            if fused_layer.applies(x, self.cfg):
-                return fused_layer.stack_forward(self, x, positions, cache)
+        fused = self._fused_layer(x)
+        if fused is not None:
+            return fused.stack_forward(self, x, positions, cache)
         groups = self.cfg.num_heads // self.cfg.num_kv_heads
         span = cache.length
         cos, sin, bias = attention_inputs(positions, cache.cos, cache.sin, span, groups, x.dtype)
@@ -324,11 +332,9 @@ class DecoderStack(nn.Module):
     def last_logits(self, x: Tensor, positions: Tensor, cache: KVCache, head: nn.Linear) -> Tensor:
         """The last position's logits [B, V] through `head`, for x [B, T, H] at positions [B, T].
         On the fused path, with a bias-free head, the final norm runs inside the head's GEMV."""
-        if pointwise.fusion_enabled():
-            from voicewire.engine import fused_layer  # Triton, which CUDA builds of torch carry
-
-            if fused_layer.applies(x, self.cfg) and head.bias is None:
-                return fused_layer.stack_last_logits(self, x, positions, cache, head.weight)
+        fused = self._fused_layer(x)
+        if fused is not None and head.bias is None:
+            return fused.stack_last_logits(self, x, positions, cache, head.weight)
         return head(self(x, positions, cache)[:, -1])
 
 

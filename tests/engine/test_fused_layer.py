@@ -188,3 +188,30 @@ def test_last_logits_fold_the_final_norm_into_the_head() -> None:
 
 def test_the_fused_path_is_for_cuda_only() -> None:
     assert not fused_layer.applies(torch.zeros(1, 1, 8), CFG)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_decoder_stack_dispatches_last_logits(monkeypatch: pytest.MonkeyPatch, bias: bool) -> None:
+    """Where the fused path takes a step, `DecoderStack.last_logits` folds the norm into a bias-free
+    head; a biased head runs the fused stack, then the head. Both give the unfused logits."""
+    stack = DecoderStack(CFG)
+    scaled_init_(stack, torch.Generator().manual_seed(8))
+    head = torch.nn.Linear(CFG.hidden_size, 40, bias=bias)
+    scaled_init_(head, torch.Generator().manual_seed(9))
+    stack.to(DEVICE), head.to(DEVICE)
+    cache = stack.new_cache(2, 32)
+    positions = torch.tensor([[0, 1], [0, 1]], device=DEVICE)
+    x = torch.randn(2, 2, CFG.hidden_size, generator=torch.Generator().manual_seed(10)).to(DEVICE)
+    with torch.inference_mode():
+        want = head(stack(x, positions, KVCache(cache.k.clone(), cache.v.clone(), cache.cos, cache.sin)))
+        calls = []
+        for name in ("stack_forward", "stack_last_logits"):
+            real = getattr(fused_layer, name)
+            monkeypatch.setattr(
+                fused_layer, name, lambda *a, real=real, name=name: calls.append(name) or real(*a)
+            )
+        monkeypatch.setattr(pointwise, "fusion_enabled", lambda: True)
+        monkeypatch.setattr(fused_layer, "applies", lambda x, cfg: True)
+        got = stack.last_logits(x, positions, cache, head)
+    assert calls == (["stack_forward"] if bias else ["stack_last_logits"])
+    torch.testing.assert_close(got, want[:, -1])
