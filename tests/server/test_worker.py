@@ -93,13 +93,23 @@ def _serve(tiny_checkpoints, tmp_path: Path, workers: int) -> tuple[subprocess.P
             pytest.fail(f"the server did not become ready: {(tmp_path / 'serve.log').read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as response:
-                if response.status == 200:
+                # /ready answers from the first worker that is warm; until the others listen too,
+                # the kernel hands every connection to the sockets that do.
+                if response.status == 200 and _listening_sockets(port) >= workers:
                     break
+                time.sleep(0.3)
         except OSError:
             time.sleep(0.3)
     children = _descendants(process.pid)
     assert len(children) >= workers + 1  # the workers and the engine process (and multiprocessing's helper)
     return process, port, children
+
+
+def _listening_sockets(port: int) -> int:
+    """How many TCP sockets listen on `port` (IPv4), from the kernel's table."""
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    local_and_state = [(fields[1], fields[3]) for fields in (line.split() for line in lines)]
+    return sum(1 for local, state in local_and_state if local.endswith(f":{port:04X}") and state == "0A")
 
 
 def _gone(pids: list[int], timeout: float) -> None:
@@ -211,7 +221,7 @@ def test_a_busy_worker_does_not_take_every_waiting_connection(tiny_checkpoints, 
         while sum((opened := _opened_by_process(port)).values()) < 40:
             assert time.monotonic() < deadline, opened
             time.sleep(0.2)
-        assert set(opened) == {str(pid) for pid in workers}
+        assert set(opened) == {str(pid) for pid in workers}, (opened, _listening_sockets(port))
         assert min(opened.values()) >= 8, opened
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
