@@ -1,11 +1,14 @@
 """`voicewire bench-engine`: N concurrent streams through the in-process engine, with text arriving
-at an LLM-like rate or all at once and forced frame counts; reports latency and throughput as JSON."""
+at an LLM-like rate or all at once and forced frame counts; reports latency and throughput as JSON,
+and what the engine did meanwhile (`metrics.engine_report`, as `voicewire bench` gives it)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import resource
+import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +20,7 @@ import torch
 from voicewire.engine.config import StreamOptions
 from voicewire.engine.engine import Engine
 from voicewire.engine.errors import StreamClosed
+from voicewire.engine.metrics import engine_report
 from voicewire.engine.stream import SAMPLE_RATE, Stream
 
 BENCH_TEXT = (
@@ -126,9 +130,11 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
 
     if engine.model.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(engine.model.device)
+    before = engine.metrics.histograms()
     started = time.perf_counter()
     per_stream = await asyncio.gather(*(run_stream(i) for i in range(settings.streams)))
     wall = time.perf_counter() - started
+    activity = engine_report(before, engine.metrics.histograms())
     timings = [t for stream_timings in per_stream for t in stream_timings]
     if engine.model.device.type == "cuda":
         peak_mb = torch.cuda.max_memory_allocated(engine.model.device) / 2**20
@@ -153,4 +159,43 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
         "wall_s": round(wall, 3),
         "peak_memory_mb": round(peak_mb, 1),
         "peak_memory_kind": "cuda_allocated" if engine.model.device.type == "cuda" else "process_rss",
+        "engine": activity,
+    }
+
+
+def check_arms(ahead_s: list[float], rounds: int) -> None:
+    if not ahead_s or rounds < 1 or min(ahead_s) < 0 or len(set(ahead_s)) < len(ahead_s):
+        raise ValueError(f"arms need distinct ahead_s values >= 0 and rounds >= 1; got {ahead_s}, {rounds}")
+
+
+async def run_deferral_arms(
+    engine: Engine, settings: BenchSettings, ahead_s: list[float], rounds: int
+) -> dict:
+    """The same run with each `decode_deferral.ahead_s` in turn, `rounds` times over, on one engine:
+    one load and one graph capture for all arms, and arms interleaved so that a drift of the
+    machine's speed falls on all of them."""
+    check_arms(ahead_s, rounds)
+    stage, configured = engine.decoder_stage, engine.decoder_stage.deferral
+    runs: dict[float, list[dict]] = {value: [] for value in ahead_s}
+    try:
+        for _ in range(rounds):
+            for value in ahead_s:
+                # Between runs no stream is open, so no chunk is waiting under the old setting.
+                stage.deferral = dataclasses.replace(configured, ahead_s=value)
+                runs[value].append(await run_bench(engine, settings))
+    finally:
+        stage.deferral = configured
+    return {
+        "decode_deferral_rows": configured.rows,
+        "rounds": rounds,
+        "arms": [
+            {
+                "decode_deferral_ahead_s": value,
+                "aggregate_audio_s_per_s_median": round(
+                    statistics.median(r["aggregate_audio_s_per_s"] for r in reports), 3
+                ),
+                "runs": reports,
+            }
+            for value, reports in runs.items()
+        ],
     }

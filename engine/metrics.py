@@ -4,11 +4,18 @@ time go, seen from inside the engine.
 Each engine has its own registry. Under `voicewire serve` the engine runs in a process of its own,
 and prometheus-client's multiprocess mode (`server.metrics_dir`) puts its values beside the server
 workers', so every worker's `/metrics` shows them.
+
+`engine_report` turns two readings of the histograms (from an exposition: a server's `/metrics`, or
+an in-process engine's `EngineMetrics.histograms()`) into what the engine did between them; both
+benchmarks report it.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+import math
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 SECONDS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
 GAP_SECONDS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1)
@@ -66,3 +73,79 @@ class EngineMetrics:
 
     def _histogram(self, name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
         return Histogram(f"voicewire_engine_{name}", documentation, buckets=buckets, registry=self.registry)
+
+    def histograms(self) -> dict[str, dict[float, float]]:
+        """This engine's histograms now, as `engine_histograms` reads them from an exposition."""
+        return engine_histograms(generate_latest(self.registry).decode())
+
+
+# The histograms an activity report reads: seconds (reported in ms) or stream counts.
+ENGINE_HISTOGRAMS = {
+    "first_frame_ms": "voicewire_engine_first_frame_seconds",
+    "first_chunk_ms": "voicewire_engine_first_chunk_seconds",
+    "step_ms": "voicewire_engine_step_seconds",
+    "decode_ms": "voicewire_engine_decode_seconds",
+    "prefill_launch_ms": "voicewire_engine_prefill_launch_seconds",
+    "step_streams": "voicewire_engine_step_streams",
+    "step_gap_ms": "voicewire_engine_step_gap_seconds",
+    "decode_streams": "voicewire_engine_decode_streams",
+    "prefill_streams": "voicewire_engine_prefill_streams",
+    "gc_pause_ms": "voicewire_engine_gc_pause_seconds",
+    "gc_full_pause_ms": "voicewire_engine_gc_full_pause_seconds",
+}
+
+
+SUM = -1.0  # the key of a histogram's sum among its bucket bounds (which are all positive)
+
+
+def engine_histograms(exposition: str) -> dict[str, dict[float, float]]:
+    """The engine histograms of a /metrics exposition, as cumulative counts per upper bound (+inf
+    included), with the sum of the observed values under the key `SUM`."""
+    wanted = set(ENGINE_HISTOGRAMS.values())
+    found: dict[str, dict[float, float]] = {}
+    for family in text_string_to_metric_families(exposition):
+        if family.name in wanted:
+            found[family.name] = {
+                float(s.labels["le"]) if s.name.endswith("_bucket") else SUM: s.value
+                for s in family.samples
+                if s.name.endswith(("_bucket", "_sum"))
+            }
+    return found
+
+
+def histogram_quantile(buckets: dict[float, float], q: float) -> float | None:
+    """Prometheus' histogram_quantile: linear within the bucket that holds rank q x count."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]] if bounds else 0
+    if total <= 0:
+        return None
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-12)
+        lower, below = bound, count
+    return lower
+
+
+def engine_report(before: dict, after: dict) -> dict:
+    """What the engine did between two `engine_histograms`: per histogram its count, total and
+    estimated p50/p95 (from the buckets, so within a bucket's width). Empty for a server without them."""
+    report = {}
+    for key, name in ENGINE_HISTOGRAMS.items():
+        if name not in after:
+            continue
+        then = before.get(name, {})
+        delta = {bound: count - then.get(bound, 0.0) for bound, count in after[name].items()}
+        total = delta.pop(SUM, 0.0)
+        scale = 1000.0 if key.endswith("_ms") else 1.0
+        p50, p95 = histogram_quantile(delta, 0.5), histogram_quantile(delta, 0.95)
+        report[key] = {
+            "count": int(delta.get(math.inf, 0.0)),
+            "total": round(total * scale, 2),
+            "p50": None if p50 is None else round(p50 * scale, 2),
+            "p95": None if p95 is None else round(p95 * scale, 2),
+        }
+    return report

@@ -158,25 +158,6 @@ def simulated_underruns(
     return Underruns(len(played), round(gap, 3), tuple(played))
 
 
-# The engine's histograms a level report carries: seconds (reported in ms) or stream counts.
-ENGINE_HISTOGRAMS = {
-    "first_frame_ms": "voicewire_engine_first_frame_seconds",
-    "first_chunk_ms": "voicewire_engine_first_chunk_seconds",
-    "step_ms": "voicewire_engine_step_seconds",
-    "decode_ms": "voicewire_engine_decode_seconds",
-    "prefill_launch_ms": "voicewire_engine_prefill_launch_seconds",
-    "step_streams": "voicewire_engine_step_streams",
-    "step_gap_ms": "voicewire_engine_step_gap_seconds",
-    "decode_streams": "voicewire_engine_decode_streams",
-    "prefill_streams": "voicewire_engine_prefill_streams",
-    "gc_pause_ms": "voicewire_engine_gc_pause_seconds",
-    "gc_full_pause_ms": "voicewire_engine_gc_full_pause_seconds",
-}
-
-
-SUM = -1.0  # the key of a histogram's sum among its bucket bounds (which are all positive)
-
-
 def _http(url: str) -> str:
     """The server's HTTP base URL for its WebSocket URL (ws:// or wss://)."""
     return "http" + url.removeprefix("ws")
@@ -186,21 +167,6 @@ def _scrape(url: str) -> str:
     """The server's /metrics exposition now."""
     with urllib.request.urlopen(f"{_http(url)}/metrics", timeout=30) as response:
         return response.read().decode()
-
-
-def engine_histograms(exposition: str) -> dict[str, dict[float, float]]:
-    """The engine histograms of a /metrics exposition, as cumulative counts per upper bound (+inf
-    included), with the sum of the observed values under the key `SUM`."""
-    wanted = set(ENGINE_HISTOGRAMS.values())
-    found: dict[str, dict[float, float]] = {}
-    for family in text_string_to_metric_families(exposition):
-        if family.name in wanted:
-            found[family.name] = {
-                float(s.labels["le"]) if s.name.endswith("_bucket") else SUM: s.value
-                for s in family.samples
-                if s.name.endswith(("_bucket", "_sum"))
-            }
-    return found
 
 
 def sessions_by_process(exposition: str) -> dict[str, float]:
@@ -216,44 +182,6 @@ def process_shares(before: dict[str, float], after: dict[str, float]) -> list[in
     return sorted(
         (int(n - before.get(p, 0.0)) for p, n in after.items() if n > before.get(p, 0.0)), reverse=True
     )
-
-
-def _quantile(buckets: dict[float, float], q: float) -> float | None:
-    """Prometheus' histogram_quantile: linear within the bucket that holds rank q x count."""
-    bounds = sorted(buckets)
-    total = buckets[bounds[-1]] if bounds else 0
-    if total <= 0:
-        return None
-    rank, lower, below = q * total, 0.0, 0.0
-    for bound in bounds:
-        count = buckets[bound]
-        if count >= rank:
-            if math.isinf(bound):
-                return lower
-            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-12)
-        lower, below = bound, count
-    return lower
-
-
-def engine_report(before: dict, after: dict) -> dict:
-    """What the engine did between two `engine_histograms`: per histogram its count, total and
-    estimated p50/p95 (from the buckets, so within a bucket's width). Empty for a server without them."""
-    report = {}
-    for key, name in ENGINE_HISTOGRAMS.items():
-        if name not in after:
-            continue
-        then = before.get(name, {})
-        delta = {bound: count - then.get(bound, 0.0) for bound, count in after[name].items()}
-        total = delta.pop(SUM, 0.0)
-        scale = 1000.0 if key.endswith("_ms") else 1.0
-        p50, p95 = _quantile(delta, 0.5), _quantile(delta, 0.95)
-        report[key] = {
-            "count": int(delta.get(math.inf, 0.0)),
-            "total": round(total * scale, 2),
-            "p50": None if p50 is None else round(p50 * scale, 2),
-            "p95": None if p95 is None else round(p95 * scale, 2),
-        }
-    return report
 
 
 def first_speaker(url: str) -> str | None:
@@ -478,6 +406,9 @@ async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
     before = await asyncio.to_thread(_scrape, load.url)
     level = await run_level(load, streams, processes)
     after = await asyncio.to_thread(_scrape, load.url)
+    # Here, not at the top: voicewire.engine brings torch, which the client processes do not need.
+    from voicewire.engine.metrics import engine_histograms, engine_report
+
     engine = engine_report(engine_histograms(before), engine_histograms(after))
     shares = process_shares(sessions_by_process(before), sessions_by_process(after))
     return level_report(streams, load.frames, load.rate, level, engine, shares)

@@ -1,12 +1,13 @@
-"""`voicewire bench-engine`'s run: sessions back to back per stream (the CLI's report is tested in
-tests/server/test_cli.py)."""
+"""`voicewire bench-engine`'s run: sessions back to back per stream, the engine's activity in the
+report, and A/B arms on one engine (the CLI's report is tested in tests/server/test_cli.py)."""
 
 import asyncio
 
 import pytest
 
+from voicewire.engine import bench
 from voicewire.engine.bench import BenchSettings, run_bench
-from voicewire.engine.config import EngineConfig
+from voicewire.engine.config import DecodeDeferral, EngineConfig
 from voicewire.engine.engine import Engine
 
 
@@ -34,3 +35,55 @@ def test_sessions_run_back_to_back_per_stream(tiny_models) -> None:
 def test_settings_below_one_are_refused(field: str) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         BenchSettings(**{field: 0})
+
+
+def test_the_report_says_what_the_engine_did(tiny_models) -> None:
+    """2 streams x 2 sessions x 5 frames: 20 frames read over the steps, every stream's audio
+    through decoder calls, and every sequence started in a prefill round; each run counts its own."""
+    settings = BenchSettings(streams=2, frames=5, text_rate=0, sessions_per_stream=2)
+    with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=4, kv_length=256)) as engine:
+        reports = [asyncio.run(run_bench(engine, settings))["engine"] for _ in range(2)]
+    for activity in reports:
+        assert 10 <= activity["step_ms"]["count"] <= 20  # 5 steps per session at the least
+        assert activity["step_ms"]["count"] == activity["step_streams"]["count"]
+        assert activity["step_streams"]["total"] == 20
+        assert activity["prefill_streams"]["total"] == 4
+        assert activity["decode_streams"]["count"] >= 4 and activity["decode_streams"]["total"] >= 4
+        assert activity["first_chunk_ms"]["count"] == 4
+        for key in ("step_ms", "prefill_launch_ms", "decode_ms"):
+            assert activity[key]["total"] > 0 and activity[key]["p50"] <= activity[key]["p95"]
+
+
+def test_deferral_arms_interleave_on_one_engine(tiny_models) -> None:
+    """Each ahead_s value runs once per round, in turn; the engine's own setting comes back after."""
+    settings = BenchSettings(streams=2, frames=4, text_rate=0)
+    config = EngineConfig(max_streams=4, kv_length=256, decode_deferral=DecodeDeferral(ahead_s=0.0, rows=1))
+    with Engine(tiny_models["custom_voice"], config) as engine:
+        seen: list[float] = []
+        run = bench.run_bench
+
+        async def recording(engine_, settings_):
+            seen.append(engine_.decoder_stage.deferral.ahead_s)
+            return await run(engine_, settings_)
+
+        bench.run_bench = recording
+        try:
+            report = asyncio.run(bench.run_deferral_arms(engine, settings, [0.0, 0.5], rounds=2))
+        finally:
+            bench.run_bench = run
+        assert engine.decoder_stage.deferral == config.decode_deferral
+    assert seen == [0.0, 0.5, 0.0, 0.5]
+    assert report["rounds"] == 2 and report["decode_deferral_rows"] == 1
+    assert [arm["decode_deferral_ahead_s"] for arm in report["arms"]] == [0.0, 0.5]
+    for arm in report["arms"]:
+        rates = sorted(r["aggregate_audio_s_per_s"] for r in arm["runs"])
+        assert len(rates) == 2 and arm["aggregate_audio_s_per_s_median"] == pytest.approx(
+            sum(rates) / 2, abs=1e-3
+        )
+        assert all(r["audio_s"] == pytest.approx(2 * 4 * 0.08) for r in arm["runs"])
+
+
+@pytest.mark.parametrize(("ahead_s", "rounds"), [([], 1), ([0.0, 0.0], 1), ([-1.0], 1), ([0.0, 1.0], 0)])
+def test_bad_arms_are_refused(ahead_s: list[float], rounds: int) -> None:
+    with pytest.raises(ValueError, match="distinct ahead_s"):
+        bench.check_arms(ahead_s, rounds)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.server.conftest import RunningServer
+from voicewire.engine.metrics import ENGINE_HISTOGRAMS
 from voicewire.server import bench
 from voicewire.server.bench import (
     Load,
@@ -112,7 +113,7 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
     # from the level before by scraping before and after).
     for level in report["levels"]:
         engine = level["engine"]
-        assert set(engine) == set(bench.ENGINE_HISTOGRAMS)
+        assert set(engine) == set(ENGINE_HISTOGRAMS)
         assert engine["first_frame_ms"]["count"] == engine["first_chunk_ms"]["count"] == level["streams"]
         assert 0 < engine["first_frame_ms"]["p50"] <= engine["first_chunk_ms"]["p95"]
         assert engine["step_ms"]["count"] >= 14 and engine["step_streams"]["p95"] <= level["streams"]
@@ -122,18 +123,6 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         assert 0 < gap["total"] < level["wall_s"] * 1000 and engine["step_ms"]["total"] > 0
     assert table.read_text().count("\n| ") == 3  # header + two levels
     assert "chunks (frames): 1,3." in table.read_text()
-
-
-def test_engine_report_takes_the_level_out_of_the_histograms() -> None:
-    inf = float("inf")
-    before = {"voicewire_engine_step_seconds": {0.01: 2.0, 0.02: 2.0, inf: 2.0, bench.SUM: 0.01}}
-    # 10 more steps: 4 up to 10 ms, 6 in (10, 20] ms; 0.12 s in all.
-    after = {"voicewire_engine_step_seconds": {0.01: 6.0, 0.02: 12.0, inf: 12.0, bench.SUM: 0.13}}
-    report = bench.engine_report(before, after)
-    assert report == {"step_ms": {"count": 10, "total": 120.0, "p50": 11.67, "p95": 19.17}}
-    assert bench.engine_report({}, {}) == {}
-    # A rank in the +Inf bucket is reported as the largest finite bound, as Prometheus does.
-    assert bench._quantile({0.01: 1.0, inf: 4.0}, 0.95) == 0.01
 
 
 def test_process_shares_are_the_sessions_each_server_process_opened_in_the_level() -> None:

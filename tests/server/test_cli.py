@@ -107,6 +107,28 @@ def test_bench_engine_prints_its_json_report(
     # The scheduler's thread (talker) and the decoder stage's both ran torch ops inside the trace.
     assert {"aten::embedding", "aten::conv1d"} <= {e["name"] for e in ops}
     assert len({e["tid"] for e in ops}) >= 2
+    assert report["engine"]["step_ms"]["count"] >= 12 and report["engine"]["decode_ms"]["count"] >= 3
+    # A/B arms: one report per value and round, each value's median.
+    assert main([*args, "--text-rate", "0", "--decode-deferral", "0,0.5", "--rounds", "2"]) == 0
+    arms = json.loads(capsys.readouterr().out)["arms"]
+    assert [(arm["decode_deferral_ahead_s"], len(arm["runs"])) for arm in arms] == [(0.0, 2), (0.5, 2)]
+    assert all(arm["aggregate_audio_s_per_s_median"] > 0 for arm in arms)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--rounds", "2"], ["--decode-deferral", "0,x"], ["--decode-deferral", "0", "--trace", "t.json"]],
+)
+def test_bench_engine_refuses_arms_it_cannot_run(
+    tiny_checkpoints: dict[str, Path], flags: list[str], capsys: pytest.CaptureFixture
+) -> None:
+    args = ["bench-engine", "--model", str(tiny_checkpoints["custom_voice"]), *flags]
+    if "0,x" in flags:
+        with pytest.raises(SystemExit):  # argparse's own message and exit
+            main(args)
+        assert "expected seconds separated by commas" in capsys.readouterr().err
+    else:
+        assert main(args) == 2
 
 
 def test_serve_without_the_default_model_names_the_ways_out(
