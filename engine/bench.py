@@ -13,12 +13,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from voicewire.engine.config import StreamOptions
-from voicewire.engine.engine import Engine
+from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine.engine import LIVE_SETTINGS, Engine
 from voicewire.engine.errors import StreamClosed
 from voicewire.engine.metrics import engine_report
 from voicewire.engine.stream import SAMPLE_RATE, Stream
@@ -163,39 +164,60 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
     }
 
 
-def check_arms(ahead_s: list[float], rounds: int) -> None:
-    if not ahead_s or rounds < 1 or min(ahead_s) < 0 or len(set(ahead_s)) < len(ahead_s):
-        raise ValueError(f"arms need distinct ahead_s values >= 0 and rounds >= 1; got {ahead_s}, {rounds}")
+def parse_arm(spec: str, config: EngineConfig) -> dict[str, Any]:
+    """An arm of an A/B, `section.field=value[,...]` over the engine's live settings
+    (`engine.LIVE_SETTINGS`), as keywords for `Engine.tune`; raises ValueError for anything else."""
+    changed: dict[str, dict[str, Any]] = {}
+    for item in spec.split(","):
+        name, _, value = item.strip().partition("=")
+        section, _, key = name.partition(".")
+        if section not in LIVE_SETTINGS or not value:
+            raise ValueError(
+                f"arm {spec!r}: expected SECTION.FIELD=VALUE with SECTION one of {', '.join(LIVE_SETTINGS)}"
+            )
+        current = getattr(config, section)
+        if key not in {f.name for f in dataclasses.fields(current)}:
+            raise ValueError(f"arm {spec!r}: {section} has no field {key!r}")
+        try:
+            changed.setdefault(section, {})[key] = type(getattr(current, key))(value)
+        except ValueError:
+            raise ValueError(f"arm {spec!r}: {name} takes a number, got {value!r}") from None
+    return {
+        section: dataclasses.replace(getattr(config, section), **fields)
+        for section, fields in changed.items()
+    }
 
 
-async def run_deferral_arms(
-    engine: Engine, settings: BenchSettings, ahead_s: list[float], rounds: int
-) -> dict:
-    """The same run with each `decode_deferral.ahead_s` in turn, `rounds` times over, on one engine:
-    one load and one graph capture for all arms, and arms interleaved so that a drift of the
-    machine's speed falls on all of them."""
-    check_arms(ahead_s, rounds)
-    stage, configured = engine.decoder_stage, engine.decoder_stage.deferral
-    runs: dict[float, list[dict]] = {value: [] for value in ahead_s}
+async def run_arms(engine: Engine, settings: BenchSettings, arms: list[str], rounds: int) -> dict:
+    """The same run as configured and under each arm (`parse_arm`) in turn, `rounds` times over, on
+    one engine: one load and one graph capture for all, and the arms interleaved so that a drift of
+    the machine's speed falls on all of them. The engine's settings come back after."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    configured = {name: getattr(engine.config, name) for name in LIVE_SETTINGS}
+    tunings = {"configured": {}} | {spec: parse_arm(spec, engine.config) for spec in arms}
+    runs: dict[str, list[dict]] = {label: [] for label in tunings}
     try:
         for _ in range(rounds):
-            for value in ahead_s:
-                # Between runs no stream is open, so no chunk is waiting under the old setting.
-                stage.deferral = dataclasses.replace(configured, ahead_s=value)
-                runs[value].append(await run_bench(engine, settings))
+            for label, tuning in tunings.items():
+                # Between runs no stream is open: nothing waits under the settings before.
+                engine.tune(**(configured | tuning))
+                runs[label].append(await run_bench(engine, settings))
     finally:
-        stage.deferral = configured
+        engine.tune(**configured)
     return {
-        "decode_deferral_rows": configured.rows,
         "rounds": rounds,
         "arms": [
             {
-                "decode_deferral_ahead_s": value,
+                "arm": label,
+                "settings": {
+                    name: dataclasses.asdict(value) for name, value in (configured | tuning).items()
+                },
                 "aggregate_audio_s_per_s_median": round(
-                    statistics.median(r["aggregate_audio_s_per_s"] for r in reports), 3
+                    statistics.median(r["aggregate_audio_s_per_s"] for r in runs[label]), 3
                 ),
-                "runs": reports,
+                "runs": runs[label],
             }
-            for value, reports in runs.items()
+            for label, tuning in tunings.items()
         ],
     }

@@ -48,6 +48,20 @@ class DecodeDeferral:
 
 
 @dataclass(frozen=True)
+class PrefillWait:
+    """While the talker steps, sequences ready to start may wait for others, so that a round starts
+    more of them in one prefill: each round costs the host a few ms whatever it holds, and arrivals
+    spread over time otherwise make many rounds of one or two. Off while `max_s` is 0."""
+
+    max_s: float = 0.0  # the longest a ready sequence waits; an idle talker never waits
+    prompts: int = 8  # ready sequences that start a round at once
+
+    def __post_init__(self) -> None:
+        if self.max_s < 0 or self.prompts < 1:
+            raise InvalidOptions(f"prefill_wait needs max_s >= 0 and prompts >= 1, got {self}")
+
+
+@dataclass(frozen=True)
 class StreamOptions:
     """Per-stream settings; None takes the checkpoint's generation_config.json or the engine's default."""
 
@@ -117,6 +131,7 @@ class EngineConfig:
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
     decode_deferral: DecodeDeferral = field(default_factory=DecodeDeferral)
+    prefill_wait: PrefillWait = field(default_factory=PrefillWait)
     vllm: VllmSettings = field(default_factory=VllmSettings)
 
     def __post_init__(self) -> None:
@@ -130,6 +145,8 @@ class EngineConfig:
             raise InvalidOptions("lookahead_tokens and max_prefills_per_step must be >= 1")
         if self.max_buffered_seconds <= 0:
             raise InvalidOptions(f"max_buffered_seconds must be > 0, got {self.max_buffered_seconds}")
+        if self.backend == "vllm" and self.prefill_wait.max_s > 0:
+            raise InvalidOptions("prefill_wait is the torch scheduler's; vLLM schedules its own prefills")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
@@ -146,6 +163,8 @@ class EngineConfig:
             values["vllm"] = _section(VllmSettings, "vllm", values["vllm"])
         if "decode_deferral" in values:
             values["decode_deferral"] = _section(DecodeDeferral, "decode_deferral", values["decode_deferral"])
+        if "prefill_wait" in values:
+            values["prefill_wait"] = _section(PrefillWait, "prefill_wait", values["prefill_wait"])
         if "chunks" in values:
             chunks = dict(values["chunks"])
             if "frames" in chunks:

@@ -45,6 +45,7 @@ CLOSE_TIMEOUT_S = 30.0
 # server's event loop holds it for socket work; Python's default 5 ms switch interval then
 # delays every scheduler round by up to 5 ms per hand-over.
 GIL_SWITCH_INTERVAL_S = 0.0005
+LIVE_SETTINGS = ("decode_deferral", "prefill_wait")  # what `Engine.tune` may change
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,20 @@ class Engine:
         self.scheduler.submit(stream, generation, lookahead)
         self._wake()
         return stream
+
+    def tune(self, **settings: Any) -> None:
+        """Change the settings that the engine's threads read afresh each round (`LIVE_SETTINGS`),
+        e.g. `tune(decode_deferral=DecodeDeferral(ahead_s=1.0))`; raises InvalidOptions for others
+        or for values the config refuses. Meant for A/B runs on one engine between runs."""
+        unknown = sorted(set(settings) - set(LIVE_SETTINGS))
+        if unknown:
+            raise InvalidOptions(
+                f"{', '.join(unknown)} cannot change on a running engine; these can: {', '.join(LIVE_SETTINGS)}"
+            )
+        self.config = dataclasses.replace(self.config, **settings)
+        self.decoder_stage.deferral = self.config.decode_deferral
+        if isinstance(self.scheduler, Scheduler):
+            self.scheduler.config = self.config
 
     def _wake(self) -> None:
         if isinstance(self.scheduler, Scheduler):

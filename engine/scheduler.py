@@ -84,6 +84,7 @@ class _Live:
     released: bool = False
     starved: bool = False  # waiting for text, and the decoder was told to send what it holds
     in_flight: int = 0  # frames of this stream in launched steps not read yet
+    ready_since: float | None = None  # when its next sequence was first ready to start (prefill_wait)
 
 
 @dataclass(eq=False)
@@ -200,6 +201,8 @@ class Scheduler:
                 prompt = self._advance(live)
                 if prompt is not None:
                     prompts.append(prompt)
+        if prompts and self._prefills_wait(prompts):
+            prompts = []  # still ready next round, with any that join them
         if prompts:
             self._start(prompts)
         ready = [live for live in self._live if self._ready(live)]
@@ -287,6 +290,20 @@ class Scheduler:
             return None
         return _Prompt(live, segment, rows, start, held)
 
+    def _prefills_wait(self, prompts: list[_Prompt]) -> bool:
+        """Whether this round's ready sequences wait for more (`config.prefill_wait`): only while a
+        step is in flight, fewer than `prompts` are ready and none has waited `max_s`."""
+        wait = self.config.prefill_wait
+        enough = min(wait.prompts, self.config.max_prefills_per_step)
+        if wait.max_s <= 0 or self._launched is None or len(prompts) >= enough:
+            return False
+        now = oldest = time.monotonic()
+        for p in prompts:
+            if p.live.ready_since is None:
+                p.live.ready_since = now
+            oldest = min(oldest, p.live.ready_since)
+        return now - oldest < wait.max_s
+
     def _embed(self, prompts: list[_Prompt]) -> list[tuple[_Prompt, Tensor]]:
         """Each prompt's rows as vectors [T, H]. Prompts whose voices carry no x-vector or reference
         codes share one call: a round may start dozens, and each call is a dozen small launches.
@@ -329,6 +346,7 @@ class Scheduler:
         for p in prompts:
             live = p.live
             live.started = True
+            live.ready_since = None
             p.segment.start = p.held
             live.prefilled_tokens = [t for t in p.segment.tokens[: p.held] if t is not None]
             live.frame_cap = self.config.kv_length - (p.start + len(p.rows))

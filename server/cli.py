@@ -314,28 +314,24 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seconds_list(text: str) -> list[float]:
-    try:
-        return [float(value) for value in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds separated by commas, got {text!r}") from None
-
-
 def _bench_engine(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from voicewire.engine.bench import BenchSettings, check_arms, run_bench, run_deferral_arms, torch_trace
+    from voicewire.engine.bench import BenchSettings, parse_arm, run_arms, run_bench, torch_trace
     from voicewire.engine.engine import Engine
     from voicewire.engine.model import Qwen3TTS
 
-    if args.decode_deferral is None and args.rounds != 1:
-        raise ValueError("--rounds goes with --decode-deferral")
-    if args.decode_deferral is not None:
-        check_arms(args.decode_deferral, args.rounds)
-        if args.trace is not None:
-            raise ValueError("--trace traces one run; it does not go with --decode-deferral")
     config = _bench_config(args, max(args.streams, 1), args.variant)
+    if args.arm:
+        if args.trace is not None:
+            raise ValueError("--trace traces one run; it does not go with --arm")
+        if args.rounds < 1:
+            raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
+        for spec in args.arm:
+            parse_arm(spec, config)  # refused before the model loads
+    elif args.rounds != 1:
+        raise ValueError("--rounds goes with --arm")
     model = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)
     settings = BenchSettings(
         streams=args.streams,
@@ -348,8 +344,8 @@ def _bench_engine(args: argparse.Namespace) -> int:
         with Engine(model, config) as engine:
             if args.warmup:  # first calls pay one-time costs (allocator, kernels)
                 await run_bench(engine, BenchSettings(streams=1, frames=args.warmup, text_rate=0))
-            if args.decode_deferral is not None:
-                return await run_deferral_arms(engine, settings, args.decode_deferral, args.rounds)
+            if args.arm:
+                return await run_arms(engine, settings, args.arm, args.rounds)
             if args.trace is None:
                 return await run_bench(engine, settings)
             with torch_trace(args.trace):
@@ -549,13 +545,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--warmup", type=int, default=4, help="frames of a warm-up stream first (0: none)")
     bench.add_argument(
-        "--decode-deferral",
-        type=_seconds_list,
-        metavar="S[,S...]",
-        help="A/B on one engine: the run once per decode_deferral.ahead_s value (0: off), interleaved "
-        "--rounds times; a report per run and each value's median",
+        "--arm",
+        action="append",
+        metavar="SECTION.FIELD=VALUE[,...]",
+        help="A/B on one engine: the run as configured, then with these live settings (decode_deferral, "
+        "prefill_wait); repeat for more arms. Arms take turns, --rounds times; a report per run and "
+        "each arm's median",
     )
-    bench.add_argument("--rounds", type=int, default=1, help="with --decode-deferral: times over the values")
+    bench.add_argument("--rounds", type=int, default=1, help="with --arm: times the arms take their turns")
     bench.add_argument(
         "--trace",
         type=Path,

@@ -54,36 +54,54 @@ def test_the_report_says_what_the_engine_did(tiny_models) -> None:
             assert activity[key]["total"] > 0 and activity[key]["p50"] <= activity[key]["p95"]
 
 
-def test_deferral_arms_interleave_on_one_engine(tiny_models) -> None:
-    """Each ahead_s value runs once per round, in turn; the engine's own setting comes back after."""
+def test_arms_take_turns_on_one_engine(tiny_models) -> None:
+    """As configured, then each arm, in turn per round; the configured settings come back after."""
     settings = BenchSettings(streams=2, frames=4, text_rate=0)
     config = EngineConfig(max_streams=4, kv_length=256, decode_deferral=DecodeDeferral(ahead_s=0.0, rows=1))
+    arms = ["decode_deferral.ahead_s=0.5", "prefill_wait.max_s=0.01,prefill_wait.prompts=2"]
     with Engine(tiny_models["custom_voice"], config) as engine:
-        seen: list[float] = []
+        seen: list[tuple[float, float, int]] = []
         run = bench.run_bench
 
         async def recording(engine_, settings_):
-            seen.append(engine_.decoder_stage.deferral.ahead_s)
+            seen.append(
+                (
+                    engine_.decoder_stage.deferral.ahead_s,
+                    engine_.scheduler.config.prefill_wait.max_s,
+                    engine_.scheduler.config.prefill_wait.prompts,
+                )
+            )
             return await run(engine_, settings_)
 
         bench.run_bench = recording
         try:
-            report = asyncio.run(bench.run_deferral_arms(engine, settings, [0.0, 0.5], rounds=2))
+            report = asyncio.run(bench.run_arms(engine, settings, arms, rounds=2))
         finally:
             bench.run_bench = run
-        assert engine.decoder_stage.deferral == config.decode_deferral
-    assert seen == [0.0, 0.5, 0.0, 0.5]
-    assert report["rounds"] == 2 and report["decode_deferral_rows"] == 1
-    assert [arm["decode_deferral_ahead_s"] for arm in report["arms"]] == [0.0, 0.5]
+        assert engine.config == config and engine.decoder_stage.deferral == config.decode_deferral
+        assert engine.scheduler.config == config
+    assert seen == [(0.0, 0.0, 8), (0.5, 0.0, 8), (0.0, 0.01, 2)] * 2
+    assert report["rounds"] == 2
+    assert [arm["arm"] for arm in report["arms"]] == ["configured", *arms]
+    assert report["arms"][1]["settings"]["decode_deferral"] == {"ahead_s": 0.5, "rows": 1}
+    assert report["arms"][2]["settings"]["prefill_wait"] == {"max_s": 0.01, "prompts": 2}
     for arm in report["arms"]:
         rates = sorted(r["aggregate_audio_s_per_s"] for r in arm["runs"])
-        assert len(rates) == 2 and arm["aggregate_audio_s_per_s_median"] == pytest.approx(
-            sum(rates) / 2, abs=1e-3
-        )
+        assert len(rates) == 2
+        assert arm["aggregate_audio_s_per_s_median"] == pytest.approx(sum(rates) / 2, abs=1e-3)
         assert all(r["audio_s"] == pytest.approx(2 * 4 * 0.08) for r in arm["runs"])
 
 
-@pytest.mark.parametrize(("ahead_s", "rounds"), [([], 1), ([0.0, 0.0], 1), ([-1.0], 1), ([0.0, 1.0], 0)])
-def test_bad_arms_are_refused(ahead_s: list[float], rounds: int) -> None:
-    with pytest.raises(ValueError, match="distinct ahead_s"):
-        bench.check_arms(ahead_s, rounds)
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("max_streams=8", "SECTION.FIELD=VALUE"),
+        ("decode_deferral.ahead=1", "has no field 'ahead'"),
+        ("decode_deferral.ahead_s=soon", "takes a number"),
+        ("decode_deferral.ahead_s=-1", "ahead_s >= 0"),
+        ("prefill_wait.prompts=0", "prompts >= 1"),
+    ],
+)
+def test_bad_arms_are_refused(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        bench.parse_arm(spec, EngineConfig())

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from voicewire.engine.config import ChunkSchedule, DecodeDeferral, EngineConfig
+from voicewire.engine.config import ChunkSchedule, DecodeDeferral, EngineConfig, PrefillWait
 from voicewire.engine.errors import InvalidOptions
 from voicewire.engine.segments import SegmentPolicy
 
@@ -67,3 +67,15 @@ def test_from_config_takes_a_config_with_overrides() -> None:
     ) as engine:
         assert engine.config.max_streams == 2 and engine.config.kv_length == 128
         assert engine.config.segments == SegmentPolicy(10, 20) and engine.used_slots == 0
+
+
+def test_prefill_wait_is_off_unless_set_and_the_torch_schedulers_alone() -> None:
+    assert EngineConfig().prefill_wait == PrefillWait(max_s=0.0, prompts=8)
+    config = EngineConfig.from_dict({"prefill_wait": {"max_s": 0.02, "prompts": 16}})
+    assert config.prefill_wait == PrefillWait(max_s=0.02, prompts=16)
+    with pytest.raises(InvalidOptions, match="unknown prefill_wait settings: wait; allowed: max_s, prompts"):
+        EngineConfig.from_dict({"prefill_wait": {"wait": 1}})
+    with pytest.raises(InvalidOptions, match="prefill_wait needs max_s >= 0 and prompts >= 1"):
+        EngineConfig.from_dict({"prefill_wait": {"prompts": 0}})
+    with pytest.raises(InvalidOptions, match="vLLM schedules its own prefills"):
+        EngineConfig(backend="vllm", prefill_wait=PrefillWait(max_s=0.01))

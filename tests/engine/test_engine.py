@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.engine.streaming import collect, feed, speak
-from voicewire.engine.config import ChunkSchedule, EngineConfig, StreamOptions
+from voicewire.engine.config import ChunkSchedule, DecodeDeferral, EngineConfig, PrefillWait, StreamOptions
 from voicewire.engine.decoder_batch import split_frames
 from voicewire.engine.engine import Engine
 from voicewire.engine.errors import EngineFull, InvalidOptions, InvalidVoice, StreamClosed, StreamFailed
@@ -373,3 +373,13 @@ def test_the_documented_example_runs(caplog: pytest.LogCaptureFixture) -> None:
     assert any(
         r.getMessage().startswith("loaded ") and " on cpu in " in r.getMessage() for r in caplog.records
     )
+
+
+def test_tune_changes_only_the_live_settings(tiny_models) -> None:
+    with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
+        engine.tune(prefill_wait=PrefillWait(max_s=0.01), decode_deferral=DecodeDeferral(ahead_s=2.0))
+        assert engine.scheduler.config.prefill_wait == PrefillWait(max_s=0.01)
+        assert engine.decoder_stage.deferral == DecodeDeferral(ahead_s=2.0)
+        with pytest.raises(InvalidOptions, match="kv_length cannot change on a running engine"):
+            engine.tune(kv_length=256)
+        assert engine.config.kv_length == 128

@@ -1,11 +1,13 @@
 """The scheduler stepped by hand, with a sink that records what it is given."""
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine import scheduler as scheduler_module
+from voicewire.engine.config import EngineConfig, PrefillWait, StreamOptions
 from voicewire.engine.errors import StreamFailed
 from voicewire.engine.frame_step import GenerationOptions
 from voicewire.engine.model import Qwen3TTS
@@ -209,3 +211,47 @@ def test_the_fused_draw_is_for_cuda_only(model: Qwen3TTS) -> None:
     """On a CPU engine the setting is ignored: Triton kernels need a GPU outside the tests."""
     scheduler, _ = _scheduler(model, fused_draw=True)
     assert scheduler.stepper.fused_draw is False
+
+
+def test_ready_sequences_wait_for_company_while_the_talker_steps(
+    model: Qwen3TTS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prefill_wait: with a step in flight, a sequence ready to start waits until `prompts` are
+    ready or it has waited `max_s`; with the talker idle it starts at once."""
+    clock = [100.0]
+    monkeypatch.setattr(scheduler_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    scheduler, recorder = _scheduler(
+        model, max_streams=4, kv_length=128, prefill_wait=PrefillWait(max_s=0.05, prompts=2)
+    )
+    rounds: list[list[int]] = []
+    prefill = scheduler.stepper.prefill
+    monkeypatch.setattr(
+        scheduler.stepper,
+        "prefill",
+        lambda prompts: (rounds.append([s for s, _, _ in prompts]), prefill(prompts)),
+    )
+
+    def started(stream: Stream) -> bool:
+        return any(live.stream is stream and live.started for live in scheduler._live)
+
+    with torch.inference_mode():
+        first = _open(model, scheduler, "The first voice starts alone.", max_frames=30)
+        scheduler.step()
+        assert started(first) and len(rounds) == 1  # nothing in flight: no wait
+        second = _open(model, scheduler, "A second one waits.", max_frames=30)
+        for _ in range(3):
+            clock[0] += 0.01
+            scheduler.step()
+        assert not started(second)  # 30 ms of 50, one ready: it waits
+        third = _open(model, scheduler, "A third joins it.", max_frames=30)
+        scheduler.step()
+        assert started(second) and started(third) and len(rounds[-1]) == 2  # two ready: one round
+        fourth = _open(model, scheduler, "A fourth waits out its time.", max_frames=30)
+        scheduler.step()
+        assert not started(fourth)
+        clock[0] += 0.051
+        scheduler.step()
+        assert started(fourth) and len(rounds[-1]) == 1
+    _run(scheduler, recorder, [first, second, third, fourth])
+    assert len(rounds) == 3
+    assert all(recorder.closed[s.id] == ("max_frames", None) for s in (first, second, third, fourth))

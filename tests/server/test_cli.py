@@ -108,27 +108,29 @@ def test_bench_engine_prints_its_json_report(
     assert {"aten::embedding", "aten::conv1d"} <= {e["name"] for e in ops}
     assert len({e["tid"] for e in ops}) >= 2
     assert report["engine"]["step_ms"]["count"] >= 12 and report["engine"]["decode_ms"]["count"] >= 3
-    # A/B arms: one report per value and round, each value's median.
-    assert main([*args, "--text-rate", "0", "--decode-deferral", "0,0.5", "--rounds", "2"]) == 0
+    # A/B arms: the configured run and each arm's, a report per round, each arm's median.
+    arm = "decode_deferral.ahead_s=0.5"
+    assert main([*args, "--text-rate", "0", "--arm", arm, "--rounds", "2"]) == 0
     arms = json.loads(capsys.readouterr().out)["arms"]
-    assert [(arm["decode_deferral_ahead_s"], len(arm["runs"])) for arm in arms] == [(0.0, 2), (0.5, 2)]
-    assert all(arm["aggregate_audio_s_per_s_median"] > 0 for arm in arms)
+    assert [(a["arm"], len(a["runs"])) for a in arms] == [("configured", 2), (arm, 2)]
+    assert all(a["aggregate_audio_s_per_s_median"] > 0 for a in arms)
 
 
 @pytest.mark.parametrize(
-    "flags",
-    [["--rounds", "2"], ["--decode-deferral", "0,x"], ["--decode-deferral", "0", "--trace", "t.json"]],
+    ("flags", "message"),
+    [
+        (["--rounds", "2"], "--rounds goes with --arm"),
+        (["--arm", "decode_deferral.ahead_s=x"], "takes a number"),
+        (["--arm", "kv_length=64"], "SECTION.FIELD=VALUE"),
+        (["--arm", "prefill_wait.max_s=0.01", "--rounds", "0"], "--rounds must be at least 1"),
+        (["--arm", "decode_deferral.ahead_s=1", "--trace", "t.json"], "does not go with --arm"),
+    ],
 )
 def test_bench_engine_refuses_arms_it_cannot_run(
-    tiny_checkpoints: dict[str, Path], flags: list[str], capsys: pytest.CaptureFixture
+    tiny_checkpoints: dict[str, Path], flags: list[str], message: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    args = ["bench-engine", "--model", str(tiny_checkpoints["custom_voice"]), *flags]
-    if "0,x" in flags:
-        with pytest.raises(SystemExit):  # argparse's own message and exit
-            main(args)
-        assert "expected seconds separated by commas" in capsys.readouterr().err
-    else:
-        assert main(args) == 2
+    assert main(["bench-engine", "--model", str(tiny_checkpoints["custom_voice"]), *flags]) == 2
+    assert "voicewire bench-engine: " in caplog.text and message in caplog.text
 
 
 def test_serve_without_the_default_model_names_the_ways_out(
