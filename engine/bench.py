@@ -188,14 +188,20 @@ def parse_arm(spec: str, config: EngineConfig) -> dict[str, Any]:
     }
 
 
-async def run_arms(engine: Engine, settings: BenchSettings, arms: list[str], rounds: int) -> dict:
-    """The same run as configured and under each arm (`parse_arm`) in turn, `rounds` times over, on
-    one engine: one load and one graph capture for all, and the arms interleaved so that a drift of
-    the machine's speed falls on all of them. The engine's settings come back after."""
+def parse_arms(specs: list[str], rounds: int, config: EngineConfig) -> dict[str, dict[str, Any]]:
+    """The arms of an A/B by label, the configured one first, as keywords for `Engine.tune`; raises
+    ValueError for a bad arm or fewer than one round (before a model is loaded for nothing)."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
+    return {"configured": {}} | {spec: parse_arm(spec, config) for spec in specs}
+
+
+async def run_arms(engine: Engine, settings: BenchSettings, arms: list[str], rounds: int) -> dict:
+    """The same run as configured and under each arm (`parse_arms`) in turn, `rounds` times over, on
+    one engine: one load and one graph capture for all, and the arms interleaved so that a drift of
+    the machine's speed falls on all of them. The engine's settings come back after."""
+    tunings = parse_arms(arms, rounds, engine.config)
     configured = {name: getattr(engine.config, name) for name in LIVE_SETTINGS}
-    tunings = {"configured": {}} | {spec: parse_arm(spec, engine.config) for spec in arms}
     runs: dict[str, list[dict]] = {label: [] for label in tunings}
     try:
         for _ in range(rounds):

@@ -318,7 +318,7 @@ def _bench_engine(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from voicewire.engine.bench import BenchSettings, parse_arm, run_arms, run_bench, torch_trace
+    from voicewire.engine.bench import BenchSettings, parse_arms, run_arms, run_bench, torch_trace
     from voicewire.engine.engine import Engine
     from voicewire.engine.model import Qwen3TTS
 
@@ -326,10 +326,7 @@ def _bench_engine(args: argparse.Namespace) -> int:
     if args.arm:
         if args.trace is not None:
             raise ValueError("--trace traces one run; it does not go with --arm")
-        if args.rounds < 1:
-            raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
-        for spec in args.arm:
-            parse_arm(spec, config)  # refused before the model loads
+        parse_arms(args.arm, args.rounds, config)  # refused before the model loads
     elif args.rounds != 1:
         raise ValueError("--rounds goes with --arm")
     model = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)

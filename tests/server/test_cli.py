@@ -122,7 +122,7 @@ def test_bench_engine_prints_its_json_report(
         (["--rounds", "2"], "--rounds goes with --arm"),
         (["--arm", "decode_deferral.ahead_s=x"], "takes a number"),
         (["--arm", "kv_length=64"], "SECTION.FIELD=VALUE"),
-        (["--arm", "prefill_wait.max_s=0.01", "--rounds", "0"], "--rounds must be at least 1"),
+        (["--arm", "prefill_wait.max_s=0.01", "--rounds", "0"], "rounds must be at least 1, got 0"),
         (["--arm", "decode_deferral.ahead_s=1", "--trace", "t.json"], "does not go with --arm"),
     ],
 )
