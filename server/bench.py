@@ -7,7 +7,8 @@ text at an LLM-like pace (or all at once), Opus back; measured at the client:
 - underruns of a simulated player that starts after 200 ms of audio and then plays in real time
   (count, total gap, and how much audio each stream had played before each gap: near the start
   buffer means a stream's first chunks came too far apart, later means its steady pace fell short);
-- cancel latency (cancel sent -> `cancelled`), on every fourth stream, after its first 0.4 s of audio;
+- cancel latency (cancel sent -> `cancelled`), on every fourth session (`cancel_every`), after its
+  first 0.4 s of audio; spread over the streams' sessions, so with K > 1 every stream stays open;
 - aggregate audio seconds per wall second, and when sessions ended after the level's start (all
   of them, and the last of each client process), which shows a tail the medians hide;
 - with `sessions_per_stream` K > 1, each of the N streams runs K sessions back to back, so N stay
@@ -74,8 +75,9 @@ def check_chunks(chunks: tuple[int, ...]) -> None:
 class Load:
     """What every session of a level does: the server it talks to, its forced frame count, its text
     pace (words/s, 0 = all at once), the speaker, how many sessions each stream runs back to back,
-    and the chunk schedule it asks for (frames of the first chunk, then of the next ones; None: the
-    server's)."""
+    the chunk schedule it asks for (frames of the first chunk, then of the next ones; None: the
+    server's), and which sessions are cancelled after their first 0.4 s of audio: every
+    `cancel_every`-th, counting stream by stream (0: none)."""
 
     url: str
     frames: int
@@ -83,10 +85,13 @@ class Load:
     speaker: str | None
     sessions_per_stream: int = 1
     chunks: tuple[int, ...] | None = None
+    cancel_every: int = 4
 
     def __post_init__(self) -> None:
         if self.sessions_per_stream < 1:
             raise ValueError(f"sessions_per_stream must be at least 1, not {self.sessions_per_stream}")
+        if self.cancel_every < 0:
+            raise ValueError(f"cancel_every must be 0 (no cancels) or more, not {self.cancel_every}")
         if self.chunks is not None:
             check_chunks(self.chunks)
 
@@ -94,6 +99,7 @@ class Load:
 @dataclass
 class _Run:
     stream: int = 0  # the stream index (concurrency slot) that ran this session
+    probe: bool = False  # cancelled on purpose after its first 0.4 s (cancel latency)
     first_audio_s: float | None = None
     arrivals: list[tuple[float, float]] = field(default_factory=list)  # (time, audio seconds)
     done_s: float | None = None
@@ -207,7 +213,7 @@ def start_message(load: Load, seed: int) -> dict:
 
 
 async def _session(load: Load, index: int, seed: int, cancel: bool) -> _Run:
-    run = _Run(stream=index)
+    run = _Run(stream=index, probe=cancel)
     rate = load.rate
     async with connect(f"{load.url}/v1/stream", subprotocols=["voicewire.v1.msgpack"], max_size=2**22) as ws:
         await ws.send(msgpack.packb(start_message(load, seed)))
@@ -254,10 +260,15 @@ async def _session(load: Load, index: int, seed: int, cancel: bool) -> _Run:
 
 
 async def _stream(load: Load, index: int) -> list[_Run]:
-    """One stream index's sessions, back to back. Every fourth stream index overall is cancelled,
-    whichever process runs it."""
-    k = load.sessions_per_stream
-    return [await _session(load, index, index * k + i, index % 4 == 3) for i in range(k)]
+    """One stream index's sessions, back to back. Session n overall (stream index × K + i) is a
+    cancel probe if n % cancel_every == cancel_every - 1, whichever process runs it: with K > 1
+    every stream runs about as much audio, so all N stay busy to the level's end."""
+    k, every = load.sessions_per_stream, load.cancel_every
+    runs = []
+    for i in range(k):
+        n = index * k + i
+        runs.append(await _session(load, index, n, every > 0 and n % every == every - 1))
+    return runs
 
 
 async def _sessions(load: Load, indices: list[int]) -> list[_Run]:
@@ -366,7 +377,7 @@ def level_report(
     """The JSON report of one level's runs, with the engine's view (`engine_report`) and the
     sessions each server process took (`process_shares`) if given."""
     runs, wall = level.runs, level.wall_s
-    full = [r for r in runs if r.stream % 4 != 3]  # sessions that ran to the end
+    full = [r for r in runs if not r.probe]  # sessions that ran to the end
     underruns = [simulated_underruns(r.arrivals) for r in full]
     ends = [None if r.ended_at is None else r.ended_at - level.started_at for r in runs]
     processes = level.client_processes
@@ -390,6 +401,7 @@ def level_report(
             "played_before_gap_s": _percentiles([p for u in underruns for p in u.played_s]),
         },
         "cancel_ms": _percentiles([r.cancel_s * 1000 for r in runs if r.cancel_s is not None]),
+        "cancelled_sessions": sum(1 for r in runs if r.probe),
         "aggregate_audio_s_per_s": round(sum(r.audio_s for r in runs) / wall, 3),
         "wall_s": round(wall, 3),
         "session_end_s": _percentiles([end for end in ends if end is not None]),

@@ -255,6 +255,8 @@ def _bench(args: argparse.Namespace) -> int:
     levels = [int(n) for n in args.streams.split(",")]
     if args.client_processes is not None and args.client_processes < 1:
         raise ValueError("--client-processes must be at least 1")
+    if args.cancel_every < 0:  # before any engine loads
+        raise ValueError("--cancel-every must be 0 (no cancels) or more")
     server = engine = None
     url = args.url
     if url is None:  # serve in this process, on loopback
@@ -273,7 +275,13 @@ def _bench(args: argparse.Namespace) -> int:
         freeze_startup_heap()  # as each process of `voicewire serve` does
     try:
         load = Load(
-            url, args.frames, args.text_rate, first_speaker(url), args.sessions_per_stream, args.chunks
+            url,
+            args.frames,
+            args.text_rate,
+            first_speaker(url),
+            args.sessions_per_stream,
+            args.chunks,
+            args.cancel_every,
         )
         results = []
         for n in levels:
@@ -292,6 +300,7 @@ def _bench(args: argparse.Namespace) -> int:
             "text_rate_words_per_s": args.text_rate,
             "sessions_per_stream": args.sessions_per_stream,
             "chunks": list(args.chunks) if args.chunks else None,
+            "cancel_every": args.cancel_every,
             "levels": results,
         }
         if engine is not None and engine.model.device.type == "cuda":
@@ -320,6 +329,7 @@ def _bench_engine(args: argparse.Namespace) -> int:
 
     from voicewire.engine.bench import BenchSettings, parse_arms, run_arms, run_bench, torch_trace
     from voicewire.engine.engine import Engine
+    from voicewire.engine.gc_pauses import freeze_startup_heap
     from voicewire.engine.model import Qwen3TTS
 
     config = _bench_config(args, max(args.streams, 1), args.variant)
@@ -341,6 +351,7 @@ def _bench_engine(args: argparse.Namespace) -> int:
         with Engine(model, config) as engine:
             if args.warmup:  # first calls pay one-time costs (allocator, kernels)
                 await run_bench(engine, BenchSettings(streams=1, frames=args.warmup, text_rate=0))
+            freeze_startup_heap()  # as the engine's process of `voicewire serve` does
             if args.arm:
                 return await run_arms(engine, settings, args.arm, args.rounds)
             if args.trace is None:
@@ -511,6 +522,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="sessions each stream runs back to back (default 1): with K > 1 the level keeps N sessions "
         "open at all times, as steady traffic does, and its start-up ramp and tail weigh 1/K as much",
+    )
+    service.add_argument(
+        "--cancel-every",
+        type=int,
+        default=4,
+        metavar="N",
+        help="cancel every Nth session (counting each stream's sessions in turn) after its first 0.4 s "
+        "of audio, to time cancels (default 4; 0: no cancels, every session runs to its end)",
     )
     service.add_argument(
         "--chunks",

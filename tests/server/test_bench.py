@@ -30,6 +30,7 @@ REPORT_KEYS = {
     "speed_x_realtime",
     "underruns",
     "cancel_ms",
+    "cancelled_sessions",
     "aggregate_audio_s_per_s",
     "wall_s",
     "session_end_s",
@@ -108,7 +109,9 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
             "played_before_gap_s",
         }
         assert set(level["underruns"]["played_before_gap_s"]) == {"p50", "p95", "p99", "max"}
-    assert report["levels"][1]["cancel_ms"]["p50"] > 0  # the fourth stream was cancelled
+    assert report["cancel_every"] == 4
+    assert [level["cancelled_sessions"] for level in report["levels"]] == [0, 1]
+    assert report["levels"][1]["cancel_ms"]["p50"] > 0  # the fourth session was cancelled
     # The engine's view of each level's own sessions (the in-process engine's metrics, told apart
     # from the level before by scraping before and after).
     for level in report["levels"]:
@@ -150,11 +153,13 @@ def test_a_level_spread_over_client_processes(server: RunningServer) -> None:
     for first, second in zip(level.runs[::2], level.runs[1::2], strict=True):
         began = second.ended_at - second.done_s  # the second session began after the first ended
         assert first.ended_at < began + 0.01
-    # Round-robin over two processes still cancels every fourth stream index, and only those.
-    assert [i for i, run in enumerate(level.runs) if run.cancel_s is not None] == [6, 7]
+    # Round-robin over two processes still cancels every fourth session (stream by stream), and
+    # only those: spread over the streams, so no stream stops early.
+    assert [i for i, run in enumerate(level.runs) if run.cancel_s is not None] == [3, 7, 11]
+    assert [i for i, run in enumerate(level.runs) if run.probe] == [3, 7, 11]
     for run in level.runs:
         assert run.audio_s == pytest.approx(sum(seconds for _, seconds in run.arrivals))
-        if run.stream % 4 != 3:
+        if not run.probe:
             assert run.audio_s == pytest.approx(frames * 0.08, abs=0.01)
     # The wall clock runs from the common start: it covers every session; the streams overlapped.
     longest = max(a.done_s + b.done_s for a, b in zip(level.runs[::2], level.runs[1::2], strict=True))
@@ -172,6 +177,7 @@ def test_a_level_spread_over_client_processes(server: RunningServer) -> None:
     total_audio = sum(run.audio_s for run in level.runs)
     assert report["aggregate_audio_s_per_s"] == pytest.approx(total_audio / level.wall_s, rel=1e-3)
     assert report["cancel_ms"]["p50"] > 0 and report["first_audio_ms"]["p50"] > 0
+    assert report["cancelled_sessions"] == 3
     assert json.loads(json.dumps(report)) == report
 
 
@@ -181,3 +187,20 @@ def test_a_failing_client_process_fails_the_level() -> None:
         port = probe.getsockname()[1]
     with pytest.raises(RuntimeError, match=r"bench client process [01] failed: ConnectionRefusedError"):
         asyncio.run(run_level(Load(f"ws://127.0.0.1:{port}", 4, 0.0, None), 4, processes=2))
+
+
+def test_cancel_every_zero_runs_every_session_to_its_end(server: RunningServer) -> None:
+    frames = 8
+    load = Load(server.url, frames, 0.0, first_speaker(server.url), sessions_per_stream=2, cancel_every=0)
+    level = asyncio.run(run_level(load, 4, processes=1))
+    assert len(level.runs) == 8 and not any(run.probe or run.cancel_s is not None for run in level.runs)
+    assert [run.audio_s for run in level.runs] == pytest.approx([frames * 0.08] * 8, abs=0.01)
+    assert level_report(4, frames, 0.0, level)["cancelled_sessions"] == 0
+
+
+def test_bench_refuses_a_negative_cancel_every(caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(ValueError, match="cancel_every must be 0"):
+        Load("ws://127.0.0.1:1", 4, 0.0, None, cancel_every=-1)
+    # Before any connection or engine: nothing listens at that address.
+    assert main(["bench", "--url", "ws://127.0.0.1:1", "--streams", "1", "--cancel-every", "-1"]) == 2
+    assert "--cancel-every must be 0 (no cancels) or more" in caplog.text
