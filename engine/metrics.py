@@ -69,6 +69,19 @@ class EngineMetrics:
         self.gc_full_pause = self._histogram(
             "gc_full_pause_seconds", "The collections of the oldest generation among them", GC_SECONDS
         )
+        self.idle_wait = self._histogram(
+            "idle_wait_seconds",
+            "The scheduler's waits for work while streams are open and none can step, until its next round",
+            SECONDS,
+        )
+        self.idle_streams = Counter(
+            "voicewire_engine_idle_streams",
+            "Open streams in the rounds where none could step, by what each waited for: start (its "
+            "sequence has not started: too little text, or the prefill wait), text, listener (too far "
+            "ahead of its reader), end (its last frame in flight)",
+            ["reason"],
+            registry=self.registry,
+        )
         self.frames = Counter("voicewire_engine_frames", "Frames of codes made", registry=self.registry)
 
     def _histogram(self, name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
@@ -92,6 +105,7 @@ ENGINE_HISTOGRAMS = {
     "prefill_streams": "voicewire_engine_prefill_streams",
     "gc_pause_ms": "voicewire_engine_gc_pause_seconds",
     "gc_full_pause_ms": "voicewire_engine_gc_full_pause_seconds",
+    "idle_wait_ms": "voicewire_engine_idle_wait_seconds",
 }
 
 

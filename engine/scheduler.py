@@ -154,6 +154,7 @@ class Scheduler:
         self._progress = False
         self._launched: _Launched | None = None
         self._last_collect: float | None = None  # when the last step's outputs reached the host
+        self._idle_since: float | None = None  # when a round with open streams found nothing to do
 
     # --- any thread ----------------------------------------------------------------------------
 
@@ -184,6 +185,9 @@ class Scheduler:
     def step(self) -> bool:
         """One scheduling round; returns whether anything happened (False: all streams wait)."""
         self._progress = False
+        if self._idle_since is not None:
+            self.metrics.idle_wait.observe(time.monotonic() - self._idle_since)
+            self._idle_since = None
         with self._lock:
             incoming, self._incoming = self._incoming, []
         if incoming and self.stepper.device.type == "cuda":
@@ -217,7 +221,12 @@ class Scheduler:
                 self.sink.drain(live.stream)
         if launched is None:
             self._last_collect = None
-        return self._progress or bool(incoming) or bool(prompts) or launched is not None
+        busy = self._progress or bool(incoming) or bool(prompts) or launched is not None
+        if not busy and self._live:
+            self._idle_since = time.monotonic()
+            for live in self._live:
+                self.metrics.idle_streams.labels(self._waiting_on(live)).inc()
+        return busy
 
     def _admit(self, live: _Live) -> None:
         self._live.append(live)
@@ -364,6 +373,19 @@ class Scheduler:
         if segment.next_id(self.parts.text_ids.tts_pad) is None:
             return False  # waiting for text
         return self.max_ahead_samples is None or live.stream.unread_samples < self.max_ahead_samples
+
+    def _waiting_on(self, live: _Live) -> str:
+        """Why a stream that is not `_ready` waits, for the idle metrics: its sequence has not
+        started (too little text yet, or the prefill wait), it waits for text, for its listener to
+        read, or for its last frame in flight."""
+        segment = live.segments.head
+        if segment is None or segment.start < 0:
+            return "start"
+        if segment.next_id(self.parts.text_ids.tts_pad) is None:
+            return "text"
+        if self.max_ahead_samples is not None and live.stream.unread_samples >= self.max_ahead_samples:
+            return "listener"
+        return "end"
 
     def _waiting_for_text(self, live: _Live) -> bool:
         segment = live.segments.head

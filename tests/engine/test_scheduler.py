@@ -255,3 +255,44 @@ def test_ready_sequences_wait_for_company_while_the_talker_steps(
     _run(scheduler, recorder, [first, second, third, fourth])
     assert len(rounds) == 3
     assert all(recorder.closed[s.id] == ("max_frames", None) for s in (first, second, third, fourth))
+
+
+def test_rounds_with_nothing_to_step_count_what_the_streams_wait_for(
+    model: Qwen3TTS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round in which no open stream can step says why each waits (idle_streams) and times the
+    wait until the next round (idle_wait)."""
+    clock = [50.0]
+    monkeypatch.setattr(scheduler_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    scheduler, recorder = _scheduler(model, max_streams=2, kv_length=128)
+    metrics = scheduler.metrics
+
+    def idle(reason: str) -> float:
+        return (
+            metrics.registry.get_sample_value("voicewire_engine_idle_streams_total", {"reason": reason})
+            or 0.0
+        )
+
+    opts = StreamOptions(greedy=True, suppress_eos=True, max_frames=30)
+    stream = Stream(
+        next(_ids), model.voice(speaker="vivian", language="english"), opts, model.tokenizer, lambda: None
+    )
+    generation = GenerationOptions.from_generation_config(
+        model.generation_config, greedy=True, suppress_eos=True
+    )
+    with torch.inference_mode():
+        scheduler.submit(stream, generation, lookahead=3)
+        assert scheduler.step()  # admitted
+        assert not scheduler.step() and idle("start") == 1  # no text yet: its sequence cannot start
+        clock[0] += 0.03
+        stream.push_text("Short words, then a pause")
+        assert scheduler.step()  # the wait ended: 30 ms
+        waits = metrics.histograms()["voicewire_engine_idle_wait_seconds"]
+        assert waits[float("inf")] == 1 and waits[-1.0] == pytest.approx(0.03)
+        while scheduler.step():  # it speaks what it has, then waits for text
+            pass
+        assert idle("text") >= 1 and recorder.codes[stream.id]
+        stream.end()
+        _run(scheduler, recorder, [stream])
+    assert recorder.closed[stream.id] == ("max_frames", None)
+    assert idle("listener") == idle("end") == 0
