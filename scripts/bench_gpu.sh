@@ -5,7 +5,8 @@
 # Writes OUT_PREFIX.json, .md, .serve.log and .metrics.txt (the Prometheus metrics of every server and engine process after the run).
 # Settings from the environment: FRAMES (100), RATE (20 words/s), PORT (8000), PYTHON (python3),
 # WORKERS (server processes; default: the profile's server.workers), SESSIONS (sessions each stream
-# runs back to back; default 1).
+# runs back to back; default 1), CANCEL_EVERY (cancel every Nth session after 0.4 s of audio;
+# default 4; 0 keeps every stream busy to the end, as the underrun target wants).
 set -euo pipefail
 size=${1:?size: 0.6b or 1.7b}
 levels=${2:?levels, e.g. 1,8,64,256}
@@ -25,7 +26,8 @@ for _ in $(seq 900); do  # a fresh machine compiles the fused kernels first (min
   sleep 1
 done
 "$py" -m voicewire.server.cli bench --url "ws://127.0.0.1:$port" --streams "$levels" \
-  --frames "${FRAMES:-100}" --text-rate "${RATE:-20}" --sessions-per-stream "${SESSIONS:-1}" --out "$out.json" --markdown "$out.md" >/dev/null
+  --frames "${FRAMES:-100}" --text-rate "${RATE:-20}" --sessions-per-stream "${SESSIONS:-1}" \
+  --cancel-every "${CANCEL_EVERY:-4}" --out "$out.json" --markdown "$out.md" >/dev/null
 # The server's own view (first audio measured at the server, per context) next to the client's.
 "$py" -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())" >"$out.metrics.txt"
 cat "$out.md"
