@@ -40,10 +40,16 @@ class BenchSettings:
     # Sessions each stream runs back to back: with K > 1 the engine keeps N streams open at all
     # times and admits new ones while others step, as a service under steady traffic does.
     sessions_per_stream: int = 1
+    # Stream i opens its first session i/N of this many seconds after the start. Streams that
+    # start together step together and start their next sessions in the same rounds; a service's
+    # arrive spread out, which is what prefill rounds and decoder passes meet there.
+    stagger_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.streams < 1 or self.frames < 1 or self.sessions_per_stream < 1:
             raise ValueError("streams, frames and sessions_per_stream must be at least 1")
+        if self.stagger_s < 0:
+            raise ValueError(f"stagger_s must be 0 or more, not {self.stagger_s}")
 
 
 @dataclass
@@ -120,6 +126,7 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
     sessions = settings.sessions_per_stream
 
     async def run_stream(i: int) -> list[_StreamTiming]:
+        await asyncio.sleep(settings.stagger_s * i / settings.streams)
         timings = []
         for k in range(sessions):  # each session opens when the one before has ended
             seed = settings.seed + i * sessions + k
@@ -152,6 +159,7 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
         "streams": settings.streams,
         "frames_per_stream": settings.frames,
         "sessions_per_stream": sessions,
+        "stagger_s": settings.stagger_s,
         "text_rate_tokens_per_s": settings.text_rate,
         "first_chunk_ms": _percentiles([t.first_chunk_s * 1000 for t in timings]),
         "speed_x_realtime": _percentiles([t.audio_s / t.done_s for t in timings]),

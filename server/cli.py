@@ -339,13 +339,14 @@ def _bench_engine(args: argparse.Namespace) -> int:
         parse_arms(args.arm, args.rounds, config)  # refused before the model loads
     elif args.rounds != 1:
         raise ValueError("--rounds goes with --arm")
-    model = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)
-    settings = BenchSettings(
+    settings = BenchSettings(  # checked before the model loads too
         streams=args.streams,
         frames=args.frames,
         text_rate=args.text_rate,
         sessions_per_stream=args.sessions_per_stream,
+        stagger_s=args.stagger,
     )
+    model = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)
 
     async def bench() -> dict:
         with Engine(model, config) as engine:
@@ -558,6 +559,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="sessions each stream runs back to back (default 1), so new streams are admitted while "
         "others step, as in `voicewire bench --sessions-per-stream`",
+    )
+    bench.add_argument(
+        "--stagger",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="start the streams spread evenly over S seconds (default 0: all at once), so that with "
+        "--sessions-per-stream their sessions start and end out of step, as a service's do",
     )
     bench.add_argument("--warmup", type=int, default=4, help="frames of a warm-up stream first (0: none)")
     bench.add_argument(

@@ -2,6 +2,7 @@
 report, and A/B arms on one engine (the CLI's report is tested in tests/server/test_cli.py)."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -29,6 +30,32 @@ def test_sessions_run_back_to_back_per_stream(tiny_models) -> None:
     assert report["audio_s"] == pytest.approx(2 * 3 * 5 * 0.08)
     assert len(open_at_once) == 6 and max(open_at_once) == 2
     assert sorted(seeds) == list(range(6))  # every session its own seed
+
+
+def test_staggered_streams_open_spread_over_the_stagger(tiny_models) -> None:
+    """3 streams over 0.6 s: the first sessions open at about 0, 0.2 and 0.4 s; each stream's later
+    sessions follow its own."""
+    settings = BenchSettings(streams=3, frames=3, text_rate=0, sessions_per_stream=2, stagger_s=0.6)
+    with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=4, kv_length=256)) as engine:
+        open_stream, opened = engine.open_stream, []
+
+        def timed_open(voice, options=None, listener=None):
+            opened.append((options.seed, time.perf_counter()))
+            return open_stream(voice, options, listener)
+
+        engine.open_stream = timed_open
+        report = asyncio.run(run_bench(engine, settings))
+    assert report["stagger_s"] == 0.6 and report["audio_s"] == pytest.approx(3 * 2 * 3 * 0.08)
+    at = dict(opened)
+    first = [at[2 * i] - at[0] for i in range(3)]  # stream i's first session has seed 2i
+    # Never early; late by at most what a busy 2-core machine may hold the event loop.
+    assert 0.19 <= first[1] <= 0.35 and 0.39 <= first[2] <= 0.6
+    assert all(at[2 * i + 1] > at[2 * i] for i in range(3))
+
+
+def test_a_negative_stagger_is_refused() -> None:
+    with pytest.raises(ValueError, match="stagger_s must be 0 or more"):
+        BenchSettings(stagger_s=-1.0)
 
 
 @pytest.mark.parametrize("field", ["streams", "frames", "sessions_per_stream"])
