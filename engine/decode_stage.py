@@ -29,6 +29,7 @@ from voicewire.engine.config import ChunkSchedule, DecodeDeferral
 from voicewire.engine.decoder_batch import BatchedDecoder, split_frames
 from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.metrics import EngineMetrics
+from voicewire.engine.playback import SimulatedPlayer
 from voicewire.engine.segments import TrackEntry
 from voicewire.engine.stream import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk, Stream, StreamResult
 
@@ -58,14 +59,9 @@ class _Decoding:
     chunk_index: int = 0
     offset: int = 0  # samples delivered
     text_end: int = 0
-    first_audio_at: float | None = None  # time.monotonic() of the first samples delivered
-
-    def ahead_s(self, now: float) -> float:
-        """Audio delivered beyond what a listener playing it in real time from its first samples
-        has heard by `now` (negative: it would have run dry)."""
-        if self.first_audio_at is None:
-            return 0.0
-        return self.offset / SAMPLE_RATE - (now - self.first_audio_at)
+    # A listener of the chunks as they are delivered: what it has in hand (deferral) and the gaps
+    # it would hear (the player_gap metric).
+    player: SimulatedPlayer = field(default_factory=SimulatedPlayer)
 
     def due(self) -> int:
         """Frames to decode now (0: none yet)."""
@@ -255,7 +251,7 @@ class DecoderStage:
         """Whether a stream's due chunk may wait: not one that a mark drains (a flush or the end
         waits for it), and only while its listener has `deferral.ahead_s` of audio in hand."""
         drained = any(isinstance(item, _Mark) for item in decoding.queue)
-        return not drained and decoding.ahead_s(now) >= self.deferral.ahead_s
+        return not drained and decoding.player.buffered_s(now) >= self.deferral.ahead_s
 
     def _decode(self, due: list[_Chunk]) -> None:
         """Every due chunk, in shared passes: a pass decodes one frame count, the graphs' (8, 4, 2, 1),
@@ -326,11 +322,14 @@ class DecoderStage:
             flushed=bool(mark and mark.flushed),
             final=bool(mark and mark.close is not None),
         )
-        first_text = decoding.stream.first_text_at
-        if decoding.offset == 0 and pcm.shape[0]:
-            decoding.first_audio_at = time.monotonic()
-            if first_text is not None:
-                self.metrics.first_chunk.observe(decoding.first_audio_at - first_text)
+        if pcm.shape[0]:
+            now = time.monotonic()
+            first_text = decoding.stream.first_text_at
+            if decoding.offset == 0 and first_text is not None:
+                self.metrics.first_chunk.observe(now - first_text)
+            gap = decoding.player.add(now, pcm.shape[0] / SAMPLE_RATE)
+            if gap > 0:
+                self.metrics.player_gap.observe(gap)
         decoding.offset += pcm.shape[0]
         decoding.chunk_index += 1
         decoding.stream.deliver(chunk)

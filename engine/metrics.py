@@ -69,6 +69,12 @@ class EngineMetrics:
         self.gc_full_pause = self._histogram(
             "gc_full_pause_seconds", "The collections of the oldest generation among them", GC_SECONDS
         )
+        self.player_gap = self._histogram(
+            "player_gap_seconds",
+            "Gaps a player with a 200 ms start buffer would hear in a stream's audio as it leaves the "
+            "decoder, before IPC, Opus and the network (a stream waiting for its text makes them too)",
+            SECONDS,
+        )
         self.idle_wait = self._histogram(
             "idle_wait_seconds",
             "The scheduler's waits for work while streams are open and none can step, until its next round",
@@ -106,6 +112,7 @@ ENGINE_HISTOGRAMS = {
     "gc_pause_ms": "voicewire_engine_gc_pause_seconds",
     "gc_full_pause_ms": "voicewire_engine_gc_full_pause_seconds",
     "idle_wait_ms": "voicewire_engine_idle_wait_seconds",
+    "player_gap_ms": "voicewire_engine_player_gap_seconds",
 }
 
 

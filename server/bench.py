@@ -47,7 +47,6 @@ from voicewire.server.protocol import BufferingSpec
 
 log = logging.getLogger(__name__)
 
-START_BUFFER_S = 0.2
 STREAMS_PER_CLIENT_PROCESS = 64  # the automatic choice: one client process per this many streams...
 CPUS_PER_CLIENT_PROCESS = 4  # ...and at most one per this many CPUs, leaving the rest to a local server
 CLIENT_START_TIMEOUT_S = 120.0  # spawn + imports, on a loaded machine
@@ -142,26 +141,18 @@ class Underruns(NamedTuple):
     played_s: tuple[float, ...]  # the audio played before each gap
 
 
-def simulated_underruns(
-    arrivals: list[tuple[float, float]], start_buffer_s: float = START_BUFFER_S
-) -> Underruns:
-    """A player that starts once `start_buffer_s` of audio has arrived, then plays in real time,
-    waiting (an underrun) whenever the next audio has not arrived."""
-    arrived, clock, gap, started = 0.0, 0.0, 0.0, False  # arrived: audio seconds so far
-    played: list[float] = []
+def simulated_underruns(arrivals: list[tuple[float, float]]) -> Underruns:
+    """The gaps a player with the engine's start buffer (`playback.START_BUFFER_S`) would hear, over
+    a session's (arrival time, audio seconds): the same player the engine runs at its decoder's
+    output. Imported here, in the parent: importing voicewire.engine loads torch, which the client
+    processes do without."""
+    from voicewire.engine.playback import SimulatedPlayer
+
+    player = SimulatedPlayer()
     for at, seconds in arrivals:
-        if not started:
-            arrived += seconds
-            if arrived >= start_buffer_s:
-                started, clock = True, at + arrived  # playback ends at `clock`
-            continue
-        if at > clock:  # the buffer ran dry before this audio came: all before it has played
-            played.append(round(arrived, 3))
-            gap += at - clock
-            clock = at
-        clock += seconds
-        arrived += seconds
-    return Underruns(len(played), round(gap, 3), tuple(played))
+        player.add(at, seconds)
+    gaps = player.gaps
+    return Underruns(len(gaps), round(sum(g for _, g in gaps), 3), tuple(round(p, 3) for p, _ in gaps))
 
 
 def _http(url: str) -> str:
@@ -376,6 +367,8 @@ def level_report(
 ) -> dict:
     """The JSON report of one level's runs, with the engine's view (`engine_report`) and the
     sessions each server process took (`process_shares`) if given."""
+    from voicewire.engine.playback import START_BUFFER_S  # as in simulated_underruns
+
     runs, wall = level.runs, level.wall_s
     full = [r for r in runs if not r.probe]  # sessions that ran to the end
     underruns = [simulated_underruns(r.arrivals) for r in full]

@@ -1,8 +1,12 @@
 """The decoder stage's scheduling of decode calls (the decoding itself is in test_decoder_batch)."""
 
+from types import SimpleNamespace
+
 import numpy as np
+import pytest
 import torch
 
+from voicewire.engine import decode_stage as decode_stage_module
 from voicewire.engine.config import ChunkSchedule, DecodeDeferral, StreamOptions
 from voicewire.engine.decode_stage import DecoderStage
 from voicewire.engine.segments import TrackEntry
@@ -130,7 +134,7 @@ def test_a_waiting_chunk_goes_when_its_listener_runs_short_or_a_mark_drains_it(t
         stage.frames([a], codes, fed)
     stage.process()
     assert calls == [] and stage.waiting == 1
-    stage._streams[a.id].first_audio_at -= 0.3  # 0.42 s in hand now: under ahead_s
+    stage._streams[a.id].player.ends_at -= 0.3  # 0.42 s in hand now: under ahead_s
     stage.process()
     assert calls == [([0], 8)] and stage.waiting == 0
     for _ in range(8):
@@ -162,3 +166,29 @@ def test_no_chunk_waits_with_fewer_streams_open_than_a_pass_needs(tiny_models) -
         stage.frames([stream], codes, [TrackEntry(5, ())])
     stage.process()
     assert calls == [([0], 1), ([0], 8), ([0], 8), ([0], 8)] and stage.waiting == 0
+
+
+def test_a_late_chunk_counts_the_gap_its_player_would_hear(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """player_gap: 0.24 s out at once starts a 200 ms-buffer player, which plays to 0.24 s; the next
+    chunk comes out at 1.0 s, so it would have waited 0.76 s."""
+    clock = [0.0]
+    monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    model = tiny_models["custom_voice"]
+    stage = DecoderStage(model.decoder, slots=2, chunks=ChunkSchedule(1, (2,)))
+    stream = Stream(1, model.voice(speaker="vivian"), StreamOptions(), model.tokenizer, lambda: None)
+    codes = np.arange(16, dtype=np.int64)[None] * 7
+    stage.open(stream, None)
+    for _ in range(3):  # a 1-frame chunk and a 2-frame chunk
+        stage.frames([stream], codes, [TrackEntry(5, ())])
+    stage.process()
+    gaps = stage.metrics.registry.get_sample_value
+    assert gaps("voicewire_engine_player_gap_seconds_count") == 0
+    clock[0] = 1.0
+    for _ in range(2):
+        stage.frames([stream], codes, [TrackEntry(5, ())])
+    stage.process()
+    assert stream.delivered_samples == 5 * SAMPLES_PER_FRAME
+    assert gaps("voicewire_engine_player_gap_seconds_count") == 1
+    assert gaps("voicewire_engine_player_gap_seconds_sum") == pytest.approx(0.76)
