@@ -47,6 +47,23 @@ class DecodeDeferral:
             raise InvalidOptions(f"decode_deferral needs ahead_s >= 0 and rows >= 1, got {self}")
 
 
+MAX_ADMISSIONS = 2  # UrgentChunks: times a decoder round takes in urgent chunks between passes
+
+
+@dataclass(frozen=True)
+class UrgentChunks:
+    """Between the passes of a decoder round, chunks that came due meanwhile join the round if
+    their listener has less than `in_hand_s` of audio (new streams' first chunks above all):
+    otherwise they wait for the whole round, big passes included. At most `MAX_ADMISSIONS` times
+    a round, so those passes still run. Off while `in_hand_s` is 0."""
+
+    in_hand_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.in_hand_s < 0:
+            raise InvalidOptions(f"urgent_chunks needs in_hand_s >= 0, got {self}")
+
+
 @dataclass(frozen=True)
 class PrefillWait:
     """While the talker steps, sequences ready to start may wait for others, so that a round starts
@@ -131,6 +148,7 @@ class EngineConfig:
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
     decode_deferral: DecodeDeferral = field(default_factory=DecodeDeferral)
+    urgent_chunks: UrgentChunks = field(default_factory=UrgentChunks)
     prefill_wait: PrefillWait = field(default_factory=PrefillWait)
     vllm: VllmSettings = field(default_factory=VllmSettings)
 
@@ -163,6 +181,8 @@ class EngineConfig:
             values["vllm"] = _section(VllmSettings, "vllm", values["vllm"])
         if "decode_deferral" in values:
             values["decode_deferral"] = _section(DecodeDeferral, "decode_deferral", values["decode_deferral"])
+        if "urgent_chunks" in values:
+            values["urgent_chunks"] = _section(UrgentChunks, "urgent_chunks", values["urgent_chunks"])
         if "prefill_wait" in values:
             values["prefill_wait"] = _section(PrefillWait, "prefill_wait", values["prefill_wait"])
         if "chunks" in values:

@@ -6,7 +6,8 @@ exactly the new samples and equal one full decode. A stream's frames wait until 
 size is reached (small first chunk, larger later), or until a segment end, flush or close drains
 them. A round decodes every due chunk in shared passes, one per graphed frame count (8, 4, 2, 1).
 With a `DecodeDeferral`, and enough streams open, a stream far ahead of its listener lets its due
-chunk wait for a round whose passes it fits, or until enough chunks wait to fill a pass.
+chunk wait for a round whose passes it fits, or until enough chunks wait to fill a pass. With
+`UrgentChunks`, chunks whose listener is short of audio may join a round between its passes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from torch import Tensor
 
 from voicewire.engine.codec_decoder import CodecDecoder
-from voicewire.engine.config import ChunkSchedule, DecodeDeferral
+from voicewire.engine.config import MAX_ADMISSIONS, ChunkSchedule, DecodeDeferral, UrgentChunks
 from voicewire.engine.decoder_batch import BatchedDecoder, split_frames
 from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.metrics import EngineMetrics
@@ -104,9 +105,11 @@ class DecoderStage:
         graphs: bool = False,
         metrics: EngineMetrics | None = None,
         deferral: DecodeDeferral | None = None,
+        urgent: UrgentChunks | None = None,
     ) -> None:
         self.metrics = metrics or EngineMetrics()
         self.deferral = deferral or DecodeDeferral()
+        self.urgent = urgent or UrgentChunks()
         self.waiting = 0  # due chunks the last round let wait
         self.batch = BatchedDecoder(decoder, slots, graphs=graphs)
         if graphs:
@@ -117,6 +120,9 @@ class DecoderStage:
         self._streams: dict[int, _Decoding] = {}
         self._fresh: list[int] = []  # rows of newly opened streams, reset together before decoding
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        # Messages a round took from the inbox while looking for urgent frames, not applied yet:
+        # the first one that was not frames, and all after it, keep their order for the next round.
+        self._held: deque[tuple] = deque()
 
     @property
     def open_streams(self) -> int:
@@ -167,13 +173,49 @@ class DecoderStage:
     @torch.inference_mode()
     def process(self) -> None:
         """Apply every queued message and decode everything that is due."""
+        self._apply_queued()
+        while self._decode_due():
+            pass
+        while self._held:  # a round looked for urgent frames and stopped at these
+            self._apply_queued()
+            while self._decode_due():
+                pass
+
+    def _apply_queued(self) -> None:
+        while self._held:
+            self._apply(self._held.popleft())
         while True:
             try:
                 self._apply(self._inbox.get_nowait())
             except queue.Empty:
                 break
-        while self._decode_due():
-            pass
+
+    def _admit_urgent(self, due: list[_Chunk]) -> bool:
+        """Between a round's passes: take in the frames that arrived since it began (up to the first
+        other message: opens, marks and drops wait for the round's end, in order), and add the
+        chunks they made due whose listener has less than `urgent.in_hand_s` in hand. Streams with
+        a chunk in the round already are left to the next. Returns whether any joined."""
+        while not self._held:
+            try:
+                message = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if message[0] == "frames":
+                self._apply(message)
+            else:
+                self._held.append(message)
+        now = time.monotonic()
+        busy = {chunk.decoding.stream.id for chunk in due}
+        joined = False
+        for decoding in self._streams.values():
+            if decoding.stream.id in busy or decoding.player.buffered_s(now) >= self.urgent.in_hand_s:
+                continue
+            n = decoding.due()
+            if n:
+                frames = [decoding.queue.popleft() for _ in range(n)]
+                due.append(_Chunk(decoding, frames, sorted(split_frames(n))))
+                joined = True
+        return joined
 
     def _apply(self, message: tuple) -> None:
         kind, *args = message
@@ -258,8 +300,13 @@ class DecoderStage:
         for every chunk whose next piece has that count. Chunks due at different counts (13 frames
         is 1 + 4 + 8) ride in the same passes, so a round costs one decoder replay per count
         present rather than one per count per chunk size. Smallest pieces first: first chunks and
-        drains, which listeners are waiting for, come out in the first pass."""
+        drains, which listeners are waiting for, come out in the first pass. With `urgent`, chunks
+        that fall due meanwhile for listeners short of audio join before the next pass."""
+        admissions, passes = 0, 0
         while due:
+            if self.urgent.in_hand_s > 0 and passes and admissions < MAX_ADMISSIONS:
+                admissions += self._admit_urgent(due)
+            passes += 1
             size = min(chunk.pieces[0] for chunk in due)
             riders = [chunk for chunk in due if chunk.pieces[0] == size]
             codes = np.array([[f.codes for f in chunk.next_frames(size)] for chunk in riders], dtype=np.int64)

@@ -45,7 +45,7 @@ CLOSE_TIMEOUT_S = 30.0
 # server's event loop holds it for socket work; Python's default 5 ms switch interval then
 # delays every scheduler round by up to 5 ms per hand-over.
 GIL_SWITCH_INTERVAL_S = 0.0005
-LIVE_SETTINGS = ("decode_deferral", "prefill_wait")  # what `Engine.tune` may change
+LIVE_SETTINGS = ("decode_deferral", "urgent_chunks", "prefill_wait")  # what `Engine.tune` may change
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,7 @@ class Engine:
             graphs,
             self.metrics,
             self.config.decode_deferral,
+            self.config.urgent_chunks,
         )
         max_ahead = int(self.config.max_buffered_seconds * SAMPLE_RATE)
         self._ids = itertools.count(1)
@@ -232,6 +233,7 @@ class Engine:
             )
         self.config = dataclasses.replace(self.config, **settings)
         self.decoder_stage.deferral = self.config.decode_deferral
+        self.decoder_stage.urgent = self.config.urgent_chunks
         if isinstance(self.scheduler, Scheduler):
             self.scheduler.config = self.config
 

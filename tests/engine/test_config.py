@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from voicewire.engine.config import ChunkSchedule, DecodeDeferral, EngineConfig, PrefillWait
+from voicewire.engine.config import ChunkSchedule, DecodeDeferral, EngineConfig, PrefillWait, UrgentChunks
 from voicewire.engine.errors import InvalidOptions
 from voicewire.engine.segments import SegmentPolicy
 
@@ -57,6 +57,15 @@ def test_decode_deferral_is_off_unless_set() -> None:
     assert EngineConfig().decode_deferral == DecodeDeferral(ahead_s=0.0, rows=64)
     config = EngineConfig.from_dict({"decode_deferral": {"ahead_s": 1.5, "rows": 96}})
     assert config.decode_deferral == DecodeDeferral(ahead_s=1.5, rows=96)
+
+
+def test_urgent_chunks_are_off_unless_set() -> None:
+    assert EngineConfig().urgent_chunks == UrgentChunks(in_hand_s=0.0)
+    assert EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 0.5}}).urgent_chunks == UrgentChunks(0.5)
+    with pytest.raises(InvalidOptions, match="urgent_chunks needs in_hand_s >= 0"):
+        EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": -0.1}})
+    with pytest.raises(InvalidOptions, match="unknown urgent_chunks settings: in_hand; allowed: in_hand_s"):
+        EngineConfig.from_dict({"urgent_chunks": {"in_hand": 0.5}})
 
 
 def test_from_config_takes_a_config_with_overrides() -> None:

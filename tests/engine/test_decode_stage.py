@@ -1,5 +1,6 @@
 """The decoder stage's scheduling of decode calls (the decoding itself is in test_decoder_batch)."""
 
+from collections import deque
 from types import SimpleNamespace
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from voicewire.engine import decode_stage as decode_stage_module
-from voicewire.engine.config import ChunkSchedule, DecodeDeferral, StreamOptions
+from voicewire.engine.config import ChunkSchedule, DecodeDeferral, StreamOptions, UrgentChunks
 from voicewire.engine.decode_stage import DecoderStage
 from voicewire.engine.segments import TrackEntry
 from voicewire.engine.stream import SAMPLES_PER_FRAME, Stream
@@ -74,7 +75,10 @@ def test_chunks_due_at_different_counts_share_decoder_passes(tiny_models) -> Non
         np.testing.assert_allclose(got, whole, atol=1e-5)
 
 
-def _deferring_stage(model, calls: list) -> DecoderStage:
+def _deferring_stage(model, calls: list, monkeypatch: pytest.MonkeyPatch) -> DecoderStage:
+    """A stage that defers chunks with 0.5 s in hand, on a clock that stands still: a listener's
+    margin is then what was delivered, however slowly this machine decodes."""
+    monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: 100.0))
     stage = DecoderStage(
         model.decoder, slots=4, chunks=ChunkSchedule(1, (8,)), deferral=DecodeDeferral(ahead_s=0.5, rows=3)
     )
@@ -83,13 +87,15 @@ def _deferring_stage(model, calls: list) -> DecoderStage:
     return stage
 
 
-def test_chunks_far_ahead_of_their_listener_wait_to_fill_a_pass(tiny_models) -> None:
+def test_chunks_far_ahead_of_their_listener_wait_to_fill_a_pass(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With 0.72 s delivered in a few milliseconds, each stream's next 8-frame chunk waits until
     three are due (`rows`), then all go in one pass; a new stream's first chunk does not wait, and
     the waiting chunks do not ride its 1-frame pass."""
     model = tiny_models["custom_voice"]
     calls: list[tuple[list[int], int]] = []
-    stage = _deferring_stage(model, calls)
+    stage = _deferring_stage(model, calls, monkeypatch)
     voice = model.voice(speaker="vivian")
     a, b, c, d = (Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2, 3, 4))
     codes = np.arange(16, dtype=np.int64)[None] * 7
@@ -114,11 +120,13 @@ def test_chunks_far_ahead_of_their_listener_wait_to_fill_a_pass(tiny_models) -> 
     assert [s.delivered_samples // SAMPLES_PER_FRAME for s in (a, b, c, d)] == [17, 17, 17, 1]
 
 
-def test_a_waiting_chunk_goes_when_its_listener_runs_short_or_a_mark_drains_it(tiny_models) -> None:
+def test_a_waiting_chunk_goes_when_its_listener_runs_short_or_a_mark_drains_it(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """And it rides along in a pass of its frame count that a round runs anyway."""
     model = tiny_models["custom_voice"]
     calls: list[tuple[list[int], int]] = []
-    stage = _deferring_stage(model, calls)
+    stage = _deferring_stage(model, calls, monkeypatch)
     voice = model.voice(speaker="vivian")
     streams = [Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2, 3)]
     codes = np.arange(16, dtype=np.int64)[None] * 7
@@ -152,12 +160,14 @@ def test_a_waiting_chunk_goes_when_its_listener_runs_short_or_a_mark_drains_it(t
     assert calls[2:] == [([1, 0], 8)] and stage.waiting == 0
 
 
-def test_no_chunk_waits_with_fewer_streams_open_than_a_pass_needs(tiny_models) -> None:
+def test_no_chunk_waits_with_fewer_streams_open_than_a_pass_needs(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One stream at 26x real time keeps its pace: with fewer open streams than `rows` nothing
     waits, however far ahead the listener is."""
     model = tiny_models["custom_voice"]
     calls: list[tuple[list[int], int]] = []
-    stage = _deferring_stage(model, calls)
+    stage = _deferring_stage(model, calls, monkeypatch)
     voice = model.voice(speaker="vivian")
     stream = Stream(1, voice, StreamOptions(), model.tokenizer, lambda: None)
     codes = np.arange(16, dtype=np.int64)[None] * 7
@@ -192,3 +202,57 @@ def test_a_late_chunk_counts_the_gap_its_player_would_hear(
     assert stream.delivered_samples == 5 * SAMPLES_PER_FRAME
     assert gaps("voicewire_engine_player_gap_seconds_count") == 1
     assert gaps("voicewire_engine_player_gap_seconds_sum") == pytest.approx(0.76)
+
+
+def _round_with_arrivals(model, urgent: UrgentChunks) -> tuple[DecoderStage, list, dict[str, Stream]]:
+    """A round of two passes: c's first chunk (1 frame), then a's 8-frame chunk. While the first
+    pass runs, b's first frame arrives, then a flush of c, then d's first frame."""
+    stage = DecoderStage(model.decoder, slots=4, chunks=ChunkSchedule(1, (8,)), urgent=urgent)
+    voice = model.voice(speaker="vivian")
+    streams = {
+        n: Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i, n in enumerate("abcd")
+    }
+    codes = np.arange(16, dtype=np.int64)[None] * 7
+    fed = [TrackEntry(5, ())]
+    a, b, c, d = streams.values()
+    for s in (a, b, d):
+        stage.open(s, None)
+    stage.frames([a], codes, fed)
+    stage.process()  # a's first chunk; b and d have nothing yet
+    for _ in range(8):
+        stage.frames([a], codes, fed)
+    stage.open(c, None)
+    stage.frames([c], codes, fed)
+    calls: list[tuple[list[str], int]] = []
+    decode = stage.batch.decode
+    rows = {stage._streams[s.id].row: n for n, s in streams.items() if s.id in stage._streams}
+
+    def decoding(row_ids, frames):
+        if not calls:  # the round's first pass: arrivals meanwhile
+            stage.frames([b], codes, fed)
+            stage.segment_end(c, flushed=True)
+            stage.frames([d], codes, fed)
+        calls.append(([rows.get(r, "c") for r in row_ids], frames.shape[1]))
+        return decode(row_ids, frames)
+
+    stage.batch.decode = decoding
+    stage.process()
+    return stage, calls, streams
+
+
+def test_an_urgent_chunk_joins_a_round_between_its_passes(tiny_models) -> None:
+    """With urgent_chunks, b's first chunk (no audio in hand) goes before a's 8-frame pass. The
+    flush of c stops the taking-in: it and d's frame after it wait for the round's end, in order,
+    and the same process() call decodes d next."""
+    stage, calls, streams = _round_with_arrivals(tiny_models["custom_voice"], UrgentChunks(in_hand_s=0.5))
+    assert calls == [(["c"], 1), (["b"], 1), (["a"], 8), (["d"], 1)]
+    assert [s.delivered_samples // SAMPLES_PER_FRAME for s in streams.values()] == [9, 1, 1, 1]
+    assert not stage._held and stage._streams[streams["c"].id].queue == deque()  # the flush went through
+
+
+def test_without_urgent_chunks_arrivals_wait_for_the_next_process(tiny_models) -> None:
+    stage, calls, streams = _round_with_arrivals(tiny_models["custom_voice"], UrgentChunks())
+    assert calls == [(["c"], 1), (["a"], 8)]
+    stage.process()
+    assert calls[2:] == [(["b", "d"], 1)]
+    assert [s.delivered_samples // SAMPLES_PER_FRAME for s in streams.values()] == [9, 1, 1, 1]

@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from tests.engine.streaming import collect, feed, speak
-from voicewire.engine.config import ChunkSchedule, DecodeDeferral, EngineConfig, PrefillWait, StreamOptions
+from voicewire.engine.config import (
+    ChunkSchedule,
+    DecodeDeferral,
+    EngineConfig,
+    PrefillWait,
+    StreamOptions,
+    UrgentChunks,
+)
 from voicewire.engine.decoder_batch import split_frames
 from voicewire.engine.engine import Engine
 from voicewire.engine.errors import EngineFull, InvalidOptions, InvalidVoice, StreamClosed, StreamFailed
@@ -380,6 +387,9 @@ def test_tune_changes_only_the_live_settings(tiny_models) -> None:
         engine.tune(prefill_wait=PrefillWait(max_s=0.01), decode_deferral=DecodeDeferral(ahead_s=2.0))
         assert engine.scheduler.config.prefill_wait == PrefillWait(max_s=0.01)
         assert engine.decoder_stage.deferral == DecodeDeferral(ahead_s=2.0)
+        engine.tune(urgent_chunks=UrgentChunks(in_hand_s=0.5))
+        assert engine.decoder_stage.urgent == UrgentChunks(in_hand_s=0.5)
+        assert engine.decoder_stage.deferral == DecodeDeferral(ahead_s=2.0)  # the others kept
         with pytest.raises(InvalidOptions, match="kv_length cannot change on a running engine"):
             engine.tune(kv_length=256)
         assert engine.config.kv_length == 128
