@@ -47,15 +47,12 @@ class DecodeDeferral:
             raise InvalidOptions(f"decode_deferral needs ahead_s >= 0 and rows >= 1, got {self}")
 
 
-MAX_ADMISSIONS = 2  # UrgentChunks: times a decoder round takes in urgent chunks between passes
-
-
 @dataclass(frozen=True)
 class UrgentChunks:
     """Between the passes of a decoder round, chunks that came due meanwhile join the round if
     their listener has less than `in_hand_s` of audio (new streams' first chunks above all):
-    otherwise they wait for the whole round, big passes included. At most `MAX_ADMISSIONS` times
-    a round, so those passes still run. Off while `in_hand_s` is 0."""
+    otherwise they wait for the whole round, big passes included. At most
+    `decode_stage.MAX_ADMISSIONS` times a round, so those passes still run. Off while `in_hand_s` is 0."""
 
     in_hand_s: float = 0.0
 

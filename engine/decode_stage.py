@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from voicewire.engine.codec_decoder import CodecDecoder
-from voicewire.engine.config import MAX_ADMISSIONS, ChunkSchedule, DecodeDeferral, UrgentChunks
+from voicewire.engine.config import ChunkSchedule, DecodeDeferral, UrgentChunks
 from voicewire.engine.decoder_batch import BatchedDecoder, split_frames
 from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.metrics import EngineMetrics
@@ -35,6 +35,8 @@ from voicewire.engine.segments import TrackEntry
 from voicewire.engine.stream import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk, Stream, StreamResult
 
 log = logging.getLogger(__name__)
+
+MAX_ADMISSIONS = 2  # UrgentChunks: times a round takes in urgent chunks between its passes
 
 MAX_DECODE_FRAMES = 32  # a stream that fell behind catches up in chunks of at most this many frames
 
@@ -173,13 +175,12 @@ class DecoderStage:
     @torch.inference_mode()
     def process(self) -> None:
         """Apply every queued message and decode everything that is due."""
-        self._apply_queued()
-        while self._decode_due():
-            pass
-        while self._held:  # a round looked for urgent frames and stopped at these
+        while True:
             self._apply_queued()
             while self._decode_due():
                 pass
+            if not self._held:  # else a round looked for urgent frames and stopped at these
+                return
 
     def _apply_queued(self) -> None:
         while self._held:

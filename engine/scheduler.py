@@ -372,7 +372,11 @@ class Scheduler:
             return False
         if segment.next_id(self.parts.text_ids.tts_pad) is None:
             return False  # waiting for text
-        return self.max_ahead_samples is None or live.stream.unread_samples < self.max_ahead_samples
+        return not self._ahead_of_listener(live)
+
+    def _ahead_of_listener(self, live: _Live) -> bool:
+        """Backpressure: more audio unread by the stream's consumer than `max_buffered_seconds`."""
+        return self.max_ahead_samples is not None and live.stream.unread_samples >= self.max_ahead_samples
 
     def _waiting_on(self, live: _Live) -> str:
         """Why a stream that is not `_ready` waits, for the idle metrics: its sequence has not
@@ -381,9 +385,9 @@ class Scheduler:
         segment = live.segments.head
         if segment is None or segment.start < 0:
             return "start"
-        if segment.next_id(self.parts.text_ids.tts_pad) is None:
+        if self._waiting_for_text(live):
             return "text"
-        if self.max_ahead_samples is not None and live.stream.unread_samples >= self.max_ahead_samples:
+        if self._ahead_of_listener(live):
             return "listener"
         return "end"
 

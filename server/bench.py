@@ -70,6 +70,12 @@ def check_chunks(chunks: tuple[int, ...]) -> None:
     )
 
 
+def check_cancel_every(n: int, name: str = "cancel_every") -> None:
+    """A cancel spacing `Load` accepts: 0 (no cancels) or more; `name` is what the caller calls it."""
+    if n < 0:
+        raise ValueError(f"{name} must be 0 (no cancels) or more, not {n}")
+
+
 @dataclass(frozen=True)
 class Load:
     """What every session of a level does: the server it talks to, its forced frame count, its text
@@ -89,8 +95,7 @@ class Load:
     def __post_init__(self) -> None:
         if self.sessions_per_stream < 1:
             raise ValueError(f"sessions_per_stream must be at least 1, not {self.sessions_per_stream}")
-        if self.cancel_every < 0:
-            raise ValueError(f"cancel_every must be 0 (no cancels) or more, not {self.cancel_every}")
+        check_cancel_every(self.cancel_every)
         if self.chunks is not None:
             check_chunks(self.chunks)
 

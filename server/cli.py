@@ -246,6 +246,7 @@ def _bench(args: argparse.Namespace) -> int:
     from voicewire.server.bench import (
         Load,
         bench_level,
+        check_cancel_every,
         default_client_processes,
         first_speaker,
         markdown,
@@ -255,8 +256,7 @@ def _bench(args: argparse.Namespace) -> int:
     levels = [int(n) for n in args.streams.split(",")]
     if args.client_processes is not None and args.client_processes < 1:
         raise ValueError("--client-processes must be at least 1")
-    if args.cancel_every < 0:  # before any engine loads
-        raise ValueError("--cancel-every must be 0 (no cancels) or more")
+    check_cancel_every(args.cancel_every, "--cancel-every")  # before any engine loads
     server = engine = None
     url = args.url
     if url is None:  # serve in this process, on loopback
