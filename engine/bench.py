@@ -174,7 +174,8 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
 
 def parse_arm(spec: str, config: EngineConfig) -> dict[str, Any]:
     """An arm of an A/B, `section.field=value[,...]` over the engine's live settings
-    (`engine.LIVE_SETTINGS`), as keywords for `Engine.tune`; raises ValueError for anything else."""
+    (`engine.LIVE_SETTINGS`), as keywords for `Engine.tune`; a list is written with slashes
+    (`chunks.frames=3/2/2/4/8`). Raises ValueError for anything else."""
     changed: dict[str, dict[str, Any]] = {}
     for item in spec.split(","):
         name, _, value = item.strip().partition("=")
@@ -186,10 +187,12 @@ def parse_arm(spec: str, config: EngineConfig) -> dict[str, Any]:
         current = getattr(config, section)
         if key not in {f.name for f in dataclasses.fields(current)}:
             raise ValueError(f"arm {spec!r}: {section} has no field {key!r}")
+        kind = type(getattr(current, key))
         try:
-            changed.setdefault(section, {})[key] = type(getattr(current, key))(value)
+            parsed = tuple(int(v) for v in value.split("/")) if kind is tuple else kind(value)
         except ValueError:
             raise ValueError(f"arm {spec!r}: {name} takes a number, got {value!r}") from None
+        changed.setdefault(section, {})[key] = parsed
     return {
         section: dataclasses.replace(getattr(config, section), **fields)
         for section, fields in changed.items()

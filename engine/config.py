@@ -49,10 +49,11 @@ class DecodeDeferral:
 
 @dataclass(frozen=True)
 class UrgentChunks:
-    """Between the passes of a decoder round, chunks that came due meanwhile join the round if
-    their listener has less than `in_hand_s` of audio (new streams' first chunks above all):
-    otherwise they wait for the whole round, big passes included. At most
-    `decode_stage.MAX_ADMISSIONS` times a round, so those passes still run. Off while `in_hand_s` is 0."""
+    """Which decoder chunks go before the talker on the GPU. A round decodes the chunks of listeners
+    with less than `in_hand_s` of audio in hand (new streams' above all) first, on a CUDA stream
+    above the talker's priority, and the rest after them on one below it: those big passes then
+    fill the GPU around the talker's steps instead of holding every stream's next frame up. Off
+    while `in_hand_s` is 0: every chunk decodes above the talker."""
 
     in_hand_s: float = 0.0
 

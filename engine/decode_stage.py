@@ -7,7 +7,8 @@ size is reached (small first chunk, larger later), or until a segment end, flush
 them. A round decodes every due chunk in shared passes, one per graphed frame count (8, 4, 2, 1).
 With a `DecodeDeferral`, and enough streams open, a stream far ahead of its listener lets its due
 chunk wait for a round whose passes it fits, or until enough chunks wait to fill a pass. With
-`UrgentChunks`, chunks whose listener is short of audio may join a round between its passes.
+`UrgentChunks`, a round decodes the chunks of listeners short of audio first, above the talker's
+CUDA priority, and the others after them, below it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from voicewire.engine.stream import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk, 
 
 log = logging.getLogger(__name__)
 
-MAX_ADMISSIONS = 2  # UrgentChunks: times a round takes in urgent chunks between its passes
+# CUDA stream priorities (lower goes first when kernels meet): urgent decoder chunks, the talker's
+# steps, then the chunks of listeners with audio in hand (`UrgentChunks`).
+URGENT_PRIORITY, TALKER_PRIORITY, BULK_PRIORITY = -2, -1, 0
 
 MAX_DECODE_FRAMES = 32  # a stream that fell behind catches up in chunks of at most this many frames
 
@@ -122,9 +125,7 @@ class DecoderStage:
         self._streams: dict[int, _Decoding] = {}
         self._fresh: list[int] = []  # rows of newly opened streams, reset together before decoding
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        # Messages a round took from the inbox while looking for urgent frames, not applied yet:
-        # the first one that was not frames, and all after it, keep their order for the next round.
-        self._held: deque[tuple] = deque()
+        self._bulk_stream: torch.cuda.Stream | None = None  # on CUDA, set by run()
 
     @property
     def open_streams(self) -> int:
@@ -156,10 +157,13 @@ class DecoderStage:
     # --- the decoder's thread -------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Decode until `stop` is set. On CUDA it runs on a stream of its own, at high priority: its
-        kernels go first when they meet the talker's, so chunks are not held behind whole frames."""
+        """Decode until `stop` is set. On CUDA it runs on streams of its own: urgent chunks above the
+        talker's priority, so a new stream's chunks are not held behind whole frames, and (with
+        `UrgentChunks`) the rest below it, so big passes fill the GPU around the talker's steps."""
         on_cuda = self.device.type == "cuda"
-        stream = torch.cuda.Stream(self.device, priority=-1) if on_cuda else None
+        stream = torch.cuda.Stream(self.device, priority=URGENT_PRIORITY) if on_cuda else None
+        if on_cuda:
+            self._bulk_stream = torch.cuda.Stream(self.device, priority=BULK_PRIORITY)
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             while not stop.is_set():
                 try:
@@ -176,47 +180,12 @@ class DecoderStage:
     def process(self) -> None:
         """Apply every queued message and decode everything that is due."""
         while True:
-            self._apply_queued()
-            while self._decode_due():
-                pass
-            if not self._held:  # else a round looked for urgent frames and stopped at these
-                return
-
-    def _apply_queued(self) -> None:
-        while self._held:
-            self._apply(self._held.popleft())
-        while True:
             try:
                 self._apply(self._inbox.get_nowait())
             except queue.Empty:
                 break
-
-    def _admit_urgent(self, due: list[_Chunk]) -> bool:
-        """Between a round's passes: take in the frames that arrived since it began (up to the first
-        other message: opens, marks and drops wait for the round's end, in order), and add the
-        chunks they made due whose listener has less than `urgent.in_hand_s` in hand. Streams with
-        a chunk in the round already are left to the next. Returns whether any joined."""
-        while not self._held:
-            try:
-                message = self._inbox.get_nowait()
-            except queue.Empty:
-                break
-            if message[0] == "frames":
-                self._apply(message)
-            else:
-                self._held.append(message)
-        now = time.monotonic()
-        busy = {chunk.decoding.stream.id for chunk in due}
-        joined = False
-        for decoding in self._streams.values():
-            if decoding.stream.id in busy or decoding.player.buffered_s(now) >= self.urgent.in_hand_s:
-                continue
-            n = decoding.due()
-            if n:
-                frames = [decoding.queue.popleft() for _ in range(n)]
-                due.append(_Chunk(decoding, frames, sorted(split_frames(n))))
-                joined = True
-        return joined
+        while self._decode_due():
+            pass
 
     def _apply(self, message: tuple) -> None:
         kind, *args = message
@@ -281,14 +250,31 @@ class DecoderStage:
                 (going if set(split_frames(n)) <= passes else still).append((decoding, n))
             waiting = still
         self.waiting = len(waiting)
-        due = []
+        urgent: list[_Chunk] = []
+        bulk: list[_Chunk] = []
         for decoding, n in going:
             frames = [decoding.queue.popleft() for _ in range(n)]
-            due.append(_Chunk(decoding, frames, sorted(split_frames(n))))
-        self._decode(due)
+            chunk = _Chunk(decoding, frames, sorted(split_frames(n)))
+            (bulk if self._in_hand(decoding, now) else urgent).append(chunk)
+        self._decode(urgent)
+        self._decode_bulk(bulk)
         for decoding in marked:
             self._deliver_mark(decoding)
-        return bool(due or marked)
+        return bool(going or marked)
+
+    def _in_hand(self, decoding: _Decoding, now: float) -> bool:
+        """Whether a stream's listener has `urgent.in_hand_s` of audio in hand (never while it is 0)."""
+        return 0 < self.urgent.in_hand_s <= decoding.player.buffered_s(now)
+
+    def _decode_bulk(self, due: list[_Chunk]) -> None:
+        """Chunks whose listeners have audio in hand, after the urgent ones and, on CUDA, below the
+        talker's priority."""
+        if not due or self._bulk_stream is None:
+            self._decode(due)
+            return
+        self._bulk_stream.wait_stream(torch.cuda.current_stream(self.device))  # row resets, inputs
+        with torch.cuda.stream(self._bulk_stream):
+            self._decode(due)
 
     def _may_wait(self, decoding: _Decoding, now: float) -> bool:
         """Whether a stream's due chunk may wait: not one that a mark drains (a flush or the end
@@ -301,13 +287,8 @@ class DecoderStage:
         for every chunk whose next piece has that count. Chunks due at different counts (13 frames
         is 1 + 4 + 8) ride in the same passes, so a round costs one decoder replay per count
         present rather than one per count per chunk size. Smallest pieces first: first chunks and
-        drains, which listeners are waiting for, come out in the first pass. With `urgent`, chunks
-        that fall due meanwhile for listeners short of audio join before the next pass."""
-        admissions, passes = 0, 0
+        drains, which listeners are waiting for, come out in the first pass."""
         while due:
-            if self.urgent.in_hand_s > 0 and passes and admissions < MAX_ADMISSIONS:
-                admissions += self._admit_urgent(due)
-            passes += 1
             size = min(chunk.pieces[0] for chunk in due)
             riders = [chunk for chunk in due if chunk.pieces[0] == size]
             codes = np.array([[f.codes for f in chunk.next_frames(size)] for chunk in riders], dtype=np.int64)

@@ -23,7 +23,7 @@ import torch
 
 from voicewire.engine import pointwise
 from voicewire.engine.config import EngineConfig, StreamOptions
-from voicewire.engine.decode_stage import DecoderStage
+from voicewire.engine.decode_stage import TALKER_PRIORITY, DecoderStage
 from voicewire.engine.errors import InvalidOptions, InvalidVoice
 from voicewire.engine.frame_step import GenerationOptions
 from voicewire.engine.gc_pauses import GcPauses
@@ -45,7 +45,8 @@ CLOSE_TIMEOUT_S = 30.0
 # server's event loop holds it for socket work; Python's default 5 ms switch interval then
 # delays every scheduler round by up to 5 ms per hand-over.
 GIL_SWITCH_INTERVAL_S = 0.0005
-LIVE_SETTINGS = ("decode_deferral", "urgent_chunks", "prefill_wait")  # what `Engine.tune` may change
+# What `Engine.tune` may change; `chunks` holds for streams opened after.
+LIVE_SETTINGS = ("chunks", "decode_deferral", "urgent_chunks", "prefill_wait")
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,7 @@ class Engine:
                 f"{', '.join(unknown)} cannot change on a running engine; these can: {', '.join(LIVE_SETTINGS)}"
             )
         self.config = dataclasses.replace(self.config, **settings)
+        self.decoder_stage.chunks = self.config.chunks
         self.decoder_stage.deferral = self.config.decode_deferral
         self.decoder_stage.urgent = self.config.urgent_chunks
         if isinstance(self.scheduler, Scheduler):
@@ -245,8 +247,12 @@ class Engine:
 
     def _run_scheduler(self) -> None:
         device = self.model.device
-        # Not the legacy default stream: work queued there blocks the decoder's stream until it drains.
-        own_stream = torch.cuda.stream(torch.cuda.Stream(device)) if device.type == "cuda" else None
+        # Not the legacy default stream: work queued there blocks the decoder's streams until it drains.
+        own_stream = (
+            torch.cuda.stream(torch.cuda.Stream(device, priority=TALKER_PRIORITY))
+            if device.type == "cuda"
+            else None
+        )
         try:
             with own_stream or contextlib.nullcontext():
                 while not self._stop.is_set():

@@ -1,6 +1,5 @@
 """The decoder stage's scheduling of decode calls (the decoding itself is in test_decoder_batch)."""
 
-from collections import deque
 from types import SimpleNamespace
 
 import numpy as np
@@ -204,55 +203,44 @@ def test_a_late_chunk_counts_the_gap_its_player_would_hear(
     assert gaps("voicewire_engine_player_gap_seconds_sum") == pytest.approx(0.76)
 
 
-def _round_with_arrivals(model, urgent: UrgentChunks) -> tuple[DecoderStage, list, dict[str, Stream]]:
-    """A round of two passes: c's first chunk (1 frame), then a's 8-frame chunk. While the first
-    pass runs, b's first frame arrives, then a flush of c, then d's first frame."""
-    stage = DecoderStage(model.decoder, slots=4, chunks=ChunkSchedule(1, (8,)), urgent=urgent)
+def _round_of_two_listeners(model, urgent: UrgentChunks, monkeypatch: pytest.MonkeyPatch) -> list:
+    """On a clock that stands still, a has 0.24 s in hand and b none; both have a one-frame chunk
+    due. Returns the decoder passes of the round, as (streams, frames)."""
+    monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: 100.0))
+    stage = DecoderStage(model.decoder, slots=4, chunks=ChunkSchedule(1, (2, 1)), urgent=urgent)
     voice = model.voice(speaker="vivian")
-    streams = {
-        n: Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i, n in enumerate("abcd")
-    }
+    a, b = (Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2))
     codes = np.arange(16, dtype=np.int64)[None] * 7
     fed = [TrackEntry(5, ())]
-    a, b, c, d = streams.values()
-    for s in (a, b, d):
-        stage.open(s, None)
-    stage.frames([a], codes, fed)
-    stage.process()  # a's first chunk; b and d have nothing yet
-    for _ in range(8):
-        stage.frames([a], codes, fed)
-    stage.open(c, None)
-    stage.frames([c], codes, fed)
+    stage.open(a, None)
+    for n in (1, 2):  # a's chunks of 1 and 2 frames: 0.24 s, so its player has started
+        for _ in range(n):
+            stage.frames([a], codes, fed)
+        stage.process()
     calls: list[tuple[list[str], int]] = []
     decode = stage.batch.decode
-    rows = {stage._streams[s.id].row: n for n, s in streams.items() if s.id in stage._streams}
-
-    def decoding(row_ids, frames):
-        if not calls:  # the round's first pass: arrivals meanwhile
-            stage.frames([b], codes, fed)
-            stage.segment_end(c, flushed=True)
-            stage.frames([d], codes, fed)
-        calls.append(([rows.get(r, "c") for r in row_ids], frames.shape[1]))
-        return decode(row_ids, frames)
-
-    stage.batch.decode = decoding
+    names = {stage._streams[a.id].row: "a"}
+    stage.batch.decode = lambda rows, codes: (
+        calls.append(([names.get(r, "b") for r in rows], codes.shape[1])) or decode(rows, codes)
+    )
+    stage.open(b, None)
+    stage.frames([a, b], np.concatenate([codes, codes]), fed * 2)
     stage.process()
-    return stage, calls, streams
+    assert a.delivered_samples == 4 * SAMPLES_PER_FRAME and b.delivered_samples == SAMPLES_PER_FRAME
+    return calls
 
 
-def test_an_urgent_chunk_joins_a_round_between_its_passes(tiny_models) -> None:
-    """With urgent_chunks, b's first chunk (no audio in hand) goes before a's 8-frame pass. The
-    flush of c stops the taking-in: it and d's frame after it wait for the round's end, in order,
-    and the same process() call decodes d next."""
-    stage, calls, streams = _round_with_arrivals(tiny_models["custom_voice"], UrgentChunks(in_hand_s=0.5))
-    assert calls == [(["c"], 1), (["b"], 1), (["a"], 8), (["d"], 1)]
-    assert [s.delivered_samples // SAMPLES_PER_FRAME for s in streams.values()] == [9, 1, 1, 1]
-    assert not stage._held and stage._streams[streams["c"].id].queue == deque()  # the flush went through
+def test_urgent_chunks_decode_before_the_chunks_of_listeners_with_audio_in_hand(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b has nothing in hand: its chunk goes in a pass of its own (on CUDA, above the talker), a's
+    after it (below the talker)."""
+    calls = _round_of_two_listeners(tiny_models["custom_voice"], UrgentChunks(in_hand_s=0.2), monkeypatch)
+    assert calls == [(["b"], 1), (["a"], 1)]
 
 
-def test_without_urgent_chunks_arrivals_wait_for_the_next_process(tiny_models) -> None:
-    stage, calls, streams = _round_with_arrivals(tiny_models["custom_voice"], UrgentChunks())
-    assert calls == [(["c"], 1), (["a"], 8)]
-    stage.process()
-    assert calls[2:] == [(["b", "d"], 1)]
-    assert [s.delivered_samples // SAMPLES_PER_FRAME for s in streams.values()] == [9, 1, 1, 1]
+def test_without_urgent_chunks_every_due_chunk_shares_the_round_s_passes(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _round_of_two_listeners(tiny_models["custom_voice"], UrgentChunks(), monkeypatch)
+    assert calls == [(["a", "b"], 1)]

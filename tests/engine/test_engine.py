@@ -390,6 +390,8 @@ def test_tune_changes_only_the_live_settings(tiny_models) -> None:
         engine.tune(urgent_chunks=UrgentChunks(in_hand_s=0.5))
         assert engine.decoder_stage.urgent == UrgentChunks(in_hand_s=0.5)
         assert engine.decoder_stage.deferral == DecodeDeferral(ahead_s=2.0)  # the others kept
+        engine.tune(chunks=ChunkSchedule(1, (3, 2)))
+        assert engine.decoder_stage.chunks == ChunkSchedule(1, (3, 2))
         with pytest.raises(InvalidOptions, match="kv_length cannot change on a running engine"):
             engine.tune(kv_length=256)
         assert engine.config.kv_length == 128
