@@ -178,14 +178,16 @@ class DecoderStage:
 
     @torch.inference_mode()
     def process(self) -> None:
-        """Apply every queued message and decode everything that is due."""
+        """Decode everything that is due, round by round, applying the queued messages before each:
+        frames that came during a round go in the next, before chunks it left for later."""
         while True:
-            try:
-                self._apply(self._inbox.get_nowait())
-            except queue.Empty:
-                break
-        while self._decode_due():
-            pass
+            while True:
+                try:
+                    self._apply(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            if not self._decode_due():
+                return
 
     def _apply(self, message: tuple) -> None:
         kind, *args = message
@@ -250,17 +252,22 @@ class DecoderStage:
                 (going if set(split_frames(n)) <= passes else still).append((decoding, n))
             waiting = still
         self.waiting = len(waiting)
-        urgent: list[_Chunk] = []
-        bulk: list[_Chunk] = []
+        urgent: list[tuple[_Decoding, int]] = []
+        bulk: list[tuple[_Decoding, int]] = []
         for decoding, n in going:
-            frames = [decoding.queue.popleft() for _ in range(n)]
-            chunk = _Chunk(decoding, frames, sorted(split_frames(n)))
-            (bulk if self._in_hand(decoding, now) else urgent).append(chunk)
-        self._decode(urgent)
-        self._decode_bulk(bulk)
+            (bulk if self._in_hand(decoding, now) else urgent).append((decoding, n))
+        if 0 < self.urgent.bulk_rows < len(bulk):  # the rest stay due, for the rounds after
+            bulk = sorted(bulk, key=lambda item: item[0].player.buffered_s(now))[: self.urgent.bulk_rows]
+        self._decode([self._take(decoding, n) for decoding, n in urgent])
+        self._decode_bulk([self._take(decoding, n) for decoding, n in bulk])
         for decoding in marked:
             self._deliver_mark(decoding)
-        return bool(going or marked)
+        return bool(urgent or bulk or marked)
+
+    @staticmethod
+    def _take(decoding: _Decoding, n: int) -> _Chunk:
+        frames = [decoding.queue.popleft() for _ in range(n)]
+        return _Chunk(decoding, frames, sorted(split_frames(n)))
 
     def _in_hand(self, decoding: _Decoding, now: float) -> bool:
         """Whether a stream's listener has `urgent.in_hand_s` of audio in hand (never while it is 0)."""

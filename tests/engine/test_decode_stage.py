@@ -244,3 +244,47 @@ def test_without_urgent_chunks_every_due_chunk_shares_the_round_s_passes(
 ) -> None:
     calls = _round_of_two_listeners(tiny_models["custom_voice"], UrgentChunks(), monkeypatch)
     assert calls == [(["a", "b"], 1)]
+
+
+def test_bulk_rows_leave_the_chunks_with_most_in_hand_for_the_next_round(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one bulk row a round: c (nothing in hand) first, then b (0.24 s in hand) before a (0.32 s).
+    d's first frame, which arrives during the first pass, goes in the next round, before a."""
+    monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: 100.0))
+    model = tiny_models["custom_voice"]
+    stage = DecoderStage(
+        model.decoder, slots=4, chunks=ChunkSchedule(1, (2, 1)), urgent=UrgentChunks(0.2, bulk_rows=1)
+    )
+    voice = model.voice(speaker="vivian")
+    a, b, c, d = (Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2, 3, 4))
+    codes = np.arange(16, dtype=np.int64)[None] * 7
+    fed = [TrackEntry(5, ())]
+    for s in (a, b):
+        stage.open(s, None)
+
+    def feed(streams: list[Stream]) -> None:
+        stage.frames(streams, np.concatenate([codes] * len(streams)), fed * len(streams))
+
+    for batches in ([[a, b]], [[a, b], [a, b]], [[a]]):  # a: chunks of 1, 2, 1 frames; b: 1, 2
+        for streams in batches:
+            feed(streams)
+        stage.process()
+    assert (a.delivered_samples, b.delivered_samples) == (4 * SAMPLES_PER_FRAME, 3 * SAMPLES_PER_FRAME)
+    calls: list[list[str]] = []
+    decode = stage.batch.decode
+    names = {stage._streams[s.id].row: name for name, s in zip("ab", (a, b), strict=True)}
+
+    def decoding(rows, frames):
+        if not calls:
+            stage.open(d, None)
+            stage.frames([d], codes, fed)
+        calls.append([names.get(r, "c" if len(calls) == 0 else "d") for r in rows])
+        return decode(rows, frames)
+
+    stage.batch.decode = decoding
+    stage.open(c, None)
+    feed([a, b, c])
+    stage.process()
+    assert calls == [["c"], ["b"], ["d"], ["a"]]
+    assert [s.delivered_samples // SAMPLES_PER_FRAME for s in (a, b, c, d)] == [5, 4, 1, 1]
