@@ -57,14 +57,19 @@ class UrgentChunks:
 
     With `bulk_rows`, a round takes at most that many of the other chunks (those with the least in
     hand first) and leaves the rest due for the rounds after, so a round is short and the urgent
-    chunks that arrive during it do not wait long for the next."""
+    chunks that arrive during it do not wait long for the next. `bulk_below_talker` off keeps the
+    other chunks at the urgent ones' priority: the decoder's thread waits for each pass, so a slow
+    low-priority pass holds up the urgent chunks that arrive meanwhile."""
 
     in_hand_s: float = 0.0
     bulk_rows: int = 0  # 0: a round takes every due chunk
+    bulk_below_talker: bool = True
 
     def __post_init__(self) -> None:
-        if self.in_hand_s < 0 or self.bulk_rows < 0:
-            raise InvalidOptions(f"urgent_chunks needs in_hand_s >= 0 and bulk_rows >= 0, got {self}")
+        if self.in_hand_s < 0 or self.bulk_rows < 0 or not isinstance(self.bulk_below_talker, bool):
+            raise InvalidOptions(
+                f"urgent_chunks needs in_hand_s >= 0, bulk_rows >= 0 and bulk_below_talker true or false, got {self}"
+            )
 
 
 @dataclass(frozen=True)

@@ -275,8 +275,8 @@ class DecoderStage:
 
     def _decode_bulk(self, due: list[_Chunk]) -> None:
         """Chunks whose listeners have audio in hand, after the urgent ones and, on CUDA, below the
-        talker's priority."""
-        if not due or self._bulk_stream is None:
+        talker's priority unless `urgent.bulk_below_talker` is off."""
+        if not due or self._bulk_stream is None or not self.urgent.bulk_below_talker:
             self._decode(due)
             return
         self._bulk_stream.wait_stream(torch.cuda.current_stream(self.device))  # row resets, inputs

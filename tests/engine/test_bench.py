@@ -8,7 +8,7 @@ import pytest
 
 from voicewire.engine import bench
 from voicewire.engine.bench import BenchSettings, run_bench
-from voicewire.engine.config import ChunkSchedule, DecodeDeferral, EngineConfig
+from voicewire.engine.config import ChunkSchedule, DecodeDeferral, EngineConfig, UrgentChunks
 from voicewire.engine.engine import Engine
 
 
@@ -128,6 +128,7 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
         ("decode_deferral.ahead_s=-1", "ahead_s >= 0"),
         ("prefill_wait.prompts=0", "prompts >= 1"),
         ("chunks.frames=3/two", "takes a number"),
+        ("urgent_chunks.bulk_below_talker=0", "takes true or false"),
         ("chunks.frames=3/0", "chunk sizes must be whole numbers >= 1"),
     ],
 )
@@ -139,3 +140,5 @@ def test_bad_arms_are_refused(spec: str, message: str) -> None:
 def test_an_arm_writes_a_list_with_slashes() -> None:
     arm = bench.parse_arm("chunks.frames=3/2/2/4/8", EngineConfig())
     assert arm == {"chunks": ChunkSchedule(first_frames=1, frames=(3, 2, 2, 4, 8))}
+    arm = bench.parse_arm("urgent_chunks.in_hand_s=1,urgent_chunks.bulk_below_talker=false", EngineConfig())
+    assert arm == {"urgent_chunks": UrgentChunks(in_hand_s=1.0, bulk_below_talker=False)}
