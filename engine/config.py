@@ -34,20 +34,6 @@ class ChunkSchedule:
 
 
 @dataclass(frozen=True)
-class DecodeDeferral:
-    """When a stream far ahead of its listener may let its due chunk wait, so that the decoder's
-    passes fill up: at small sizes a pass costs about the same whatever it holds (docs/engine.md,
-    "Deferred chunks"). Off while `ahead_s` is 0."""
-
-    ahead_s: float = 0.0  # audio ahead of a real-time listener from which a chunk may wait
-    rows: int = 64  # waiting chunks go when this many are due; fewer open streams: none waits
-
-    def __post_init__(self) -> None:
-        if self.ahead_s < 0 or self.rows < 1:
-            raise InvalidOptions(f"decode_deferral needs ahead_s >= 0 and rows >= 1, got {self}")
-
-
-@dataclass(frozen=True)
 class UrgentChunks:
     """Which decoder chunks go before the talker on the GPU. A round decodes the chunks of listeners
     with less than `in_hand_s` of audio in hand (new streams' above all) first, on a CUDA stream
@@ -155,7 +141,6 @@ class EngineConfig:
     fused_draw: bool = True  # on CUDA, each token draw of a frame as one Triton kernel (engine.fused_draw)
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
-    decode_deferral: DecodeDeferral = field(default_factory=DecodeDeferral)
     urgent_chunks: UrgentChunks = field(default_factory=UrgentChunks)
     prefill_wait: PrefillWait = field(default_factory=PrefillWait)
     vllm: VllmSettings = field(default_factory=VllmSettings)
@@ -187,8 +172,6 @@ class EngineConfig:
             values["segments"] = SegmentPolicy(**values["segments"])
         if "vllm" in values:
             values["vllm"] = _section(VllmSettings, "vllm", values["vllm"])
-        if "decode_deferral" in values:
-            values["decode_deferral"] = _section(DecodeDeferral, "decode_deferral", values["decode_deferral"])
         if "urgent_chunks" in values:
             values["urgent_chunks"] = _section(UrgentChunks, "urgent_chunks", values["urgent_chunks"])
         if "prefill_wait" in values:

@@ -5,9 +5,7 @@ row of one `CodecDecoderState`; the incremental decoder carries its context, so 
 exactly the new samples and equal one full decode. A stream's frames wait until its next chunk
 size is reached (small first chunk, larger later), or until a segment end, flush or close drains
 them. A round decodes every due chunk in shared passes, one per graphed frame count (8, 4, 2, 1).
-With a `DecodeDeferral`, and enough streams open, a stream far ahead of its listener lets its due
-chunk wait for a round whose passes it fits, or until enough chunks wait to fill a pass. With
-`UrgentChunks`, a round decodes the chunks of listeners short of audio first, above the talker's
+With `UrgentChunks`, a round decodes the chunks of listeners short of audio first, above the talker's
 CUDA priority, and the others after them, below it.
 """
 
@@ -27,7 +25,7 @@ import torch
 from torch import Tensor
 
 from voicewire.engine.codec_decoder import CodecDecoder
-from voicewire.engine.config import ChunkSchedule, DecodeDeferral, UrgentChunks
+from voicewire.engine.config import ChunkSchedule, UrgentChunks
 from voicewire.engine.decoder_batch import BatchedDecoder, split_frames
 from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.metrics import EngineMetrics
@@ -65,7 +63,7 @@ class _Decoding:
     chunk_index: int = 0
     offset: int = 0  # samples delivered
     text_end: int = 0
-    # A listener of the chunks as they are delivered: what it has in hand (deferral) and the gaps
+    # A listener of the chunks as they are delivered: what it has in hand (urgent chunks) and the gaps
     # it would hear (the player_gap metric).
     player: SimulatedPlayer = field(default_factory=SimulatedPlayer)
 
@@ -109,13 +107,10 @@ class DecoderStage:
         chunks: ChunkSchedule,
         graphs: bool = False,
         metrics: EngineMetrics | None = None,
-        deferral: DecodeDeferral | None = None,
         urgent: UrgentChunks | None = None,
     ) -> None:
         self.metrics = metrics or EngineMetrics()
-        self.deferral = deferral or DecodeDeferral()
         self.urgent = urgent or UrgentChunks()
-        self.waiting = 0  # due chunks the last round let wait
         self.batch = BatchedDecoder(decoder, slots, graphs=graphs)
         if graphs:
             self.batch.capture()
@@ -169,8 +164,6 @@ class DecoderStage:
                 try:
                     message = self._inbox.get(timeout=0.05)
                 except queue.Empty:
-                    if self.waiting:  # waiting chunks fall due with time alone
-                        self.process()
                     continue
                 with torch.inference_mode():
                     self._apply(message)
@@ -233,29 +226,15 @@ class DecoderStage:
         """Decode one round of due chunks, then deliver marks; returns whether anything happened."""
         self._reset_fresh()
         now = time.monotonic()
-        deferring = self.deferral.ahead_s > 0 and len(self._streams) >= self.deferral.rows
-        going: list[tuple[_Decoding, int]] = []
-        waiting: list[tuple[_Decoding, int]] = []
+        urgent: list[tuple[_Decoding, int]] = []
+        bulk: list[tuple[_Decoding, int]] = []
         marked = []
         for decoding in list(self._streams.values()):
             n = decoding.due()
             if n:
-                (waiting if deferring and self._may_wait(decoding, now) else going).append((decoding, n))
+                (bulk if self._in_hand(decoding, now) else urgent).append((decoding, n))
             elif decoding.queue and isinstance(decoding.queue[0], _Mark):
                 marked.append(decoding)
-        if len(waiting) >= self.deferral.rows:  # enough to fill passes of their own
-            going, waiting = going + waiting, []
-        elif waiting:  # ride along where the round runs the passes a chunk needs anyway
-            passes = {size for _, n in going for size in split_frames(n)}
-            still = []
-            for decoding, n in waiting:
-                (going if set(split_frames(n)) <= passes else still).append((decoding, n))
-            waiting = still
-        self.waiting = len(waiting)
-        urgent: list[tuple[_Decoding, int]] = []
-        bulk: list[tuple[_Decoding, int]] = []
-        for decoding, n in going:
-            (bulk if self._in_hand(decoding, now) else urgent).append((decoding, n))
         if 0 < self.urgent.bulk_rows < len(bulk):  # the rest stay due, for the rounds after
             bulk = sorted(bulk, key=lambda item: item[0].player.buffered_s(now))[: self.urgent.bulk_rows]
         self._decode([self._take(decoding, n) for decoding, n in urgent])
@@ -282,12 +261,6 @@ class DecoderStage:
         self._bulk_stream.wait_stream(torch.cuda.current_stream(self.device))  # row resets, inputs
         with torch.cuda.stream(self._bulk_stream):
             self._decode(due)
-
-    def _may_wait(self, decoding: _Decoding, now: float) -> bool:
-        """Whether a stream's due chunk may wait: not one that a mark drains (a flush or the end
-        waits for it), and only while its listener has `deferral.ahead_s` of audio in hand."""
-        drained = any(isinstance(item, _Mark) for item in decoding.queue)
-        return not drained and decoding.player.buffered_s(now) >= self.deferral.ahead_s
 
     def _decode(self, due: list[_Chunk]) -> None:
         """Every due chunk, in shared passes: a pass decodes one frame count, the graphs' (8, 4, 2, 1),

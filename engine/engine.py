@@ -46,7 +46,7 @@ CLOSE_TIMEOUT_S = 30.0
 # delays every scheduler round by up to 5 ms per hand-over.
 GIL_SWITCH_INTERVAL_S = 0.0005
 # What `Engine.tune` may change; `chunks` holds for streams opened after.
-LIVE_SETTINGS = ("chunks", "decode_deferral", "urgent_chunks", "prefill_wait")
+LIVE_SETTINGS = ("chunks", "urgent_chunks", "prefill_wait")
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,6 @@ class Engine:
             self.config.chunks,
             graphs,
             self.metrics,
-            self.config.decode_deferral,
             self.config.urgent_chunks,
         )
         max_ahead = int(self.config.max_buffered_seconds * SAMPLE_RATE)
@@ -225,7 +224,7 @@ class Engine:
 
     def tune(self, **settings: Any) -> None:
         """Change the settings that the engine's threads read afresh each round (`LIVE_SETTINGS`),
-        e.g. `tune(decode_deferral=DecodeDeferral(ahead_s=1.0))`; raises InvalidOptions for others
+        e.g. `tune(urgent_chunks=UrgentChunks(in_hand_s=1.0))`; raises InvalidOptions for others
         or for values the config refuses. Meant for A/B runs on one engine between runs."""
         unknown = sorted(set(settings) - set(LIVE_SETTINGS))
         if unknown:
@@ -234,7 +233,6 @@ class Engine:
             )
         self.config = dataclasses.replace(self.config, **settings)
         self.decoder_stage.chunks = self.config.chunks
-        self.decoder_stage.deferral = self.config.decode_deferral
         self.decoder_stage.urgent = self.config.urgent_chunks
         if isinstance(self.scheduler, Scheduler):
             self.scheduler.config = self.config

@@ -8,7 +8,7 @@ import pytest
 
 from voicewire.engine import bench
 from voicewire.engine.bench import BenchSettings, run_bench
-from voicewire.engine.config import ChunkSchedule, DecodeDeferral, EngineConfig, UrgentChunks
+from voicewire.engine.config import ChunkSchedule, EngineConfig, UrgentChunks
 from voicewire.engine.engine import Engine
 
 
@@ -84,8 +84,8 @@ def test_the_report_says_what_the_engine_did(tiny_models) -> None:
 def test_arms_take_turns_on_one_engine(tiny_models) -> None:
     """As configured, then each arm, in turn per round; the configured settings come back after."""
     settings = BenchSettings(streams=2, frames=4, text_rate=0)
-    config = EngineConfig(max_streams=4, kv_length=256, decode_deferral=DecodeDeferral(ahead_s=0.0, rows=1))
-    arms = ["decode_deferral.ahead_s=0.5", "prefill_wait.max_s=0.01,prefill_wait.prompts=2"]
+    config = EngineConfig(max_streams=4, kv_length=256, urgent_chunks=UrgentChunks(bulk_rows=1))
+    arms = ["urgent_chunks.in_hand_s=0.5", "prefill_wait.max_s=0.01,prefill_wait.prompts=2"]
     with Engine(tiny_models["custom_voice"], config) as engine:
         seen: list[tuple[float, float, int]] = []
         run = bench.run_bench
@@ -93,7 +93,7 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
         async def recording(engine_, settings_):
             seen.append(
                 (
-                    engine_.decoder_stage.deferral.ahead_s,
+                    engine_.decoder_stage.urgent.in_hand_s,
                     engine_.scheduler.config.prefill_wait.max_s,
                     engine_.scheduler.config.prefill_wait.prompts,
                 )
@@ -105,12 +105,16 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
             report = asyncio.run(bench.run_arms(engine, settings, arms, rounds=2))
         finally:
             bench.run_bench = run
-        assert engine.config == config and engine.decoder_stage.deferral == config.decode_deferral
+        assert engine.config == config and engine.decoder_stage.urgent == config.urgent_chunks
         assert engine.scheduler.config == config
     assert seen == [(0.0, 0.0, 8), (0.5, 0.0, 8), (0.0, 0.01, 2)] * 2
     assert report["rounds"] == 2
     assert [arm["arm"] for arm in report["arms"]] == ["configured", *arms]
-    assert report["arms"][1]["settings"]["decode_deferral"] == {"ahead_s": 0.5, "rows": 1}
+    assert report["arms"][1]["settings"]["urgent_chunks"] == {
+        "in_hand_s": 0.5,
+        "bulk_rows": 1,
+        "bulk_below_talker": True,
+    }
     assert report["arms"][2]["settings"]["prefill_wait"] == {"max_s": 0.01, "prompts": 2}
     for arm in report["arms"]:
         rates = sorted(r["aggregate_audio_s_per_s"] for r in arm["runs"])
@@ -123,9 +127,9 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
     ("spec", "message"),
     [
         ("max_streams=8", "SECTION.FIELD=VALUE"),
-        ("decode_deferral.ahead=1", "has no field 'ahead'"),
-        ("decode_deferral.ahead_s=soon", "takes a number"),
-        ("decode_deferral.ahead_s=-1", "ahead_s >= 0"),
+        ("urgent_chunks.in_hand=1", "has no field 'in_hand'"),
+        ("urgent_chunks.in_hand_s=soon", "takes a number"),
+        ("urgent_chunks.in_hand_s=-1", "in_hand_s >= 0"),
         ("prefill_wait.prompts=0", "prompts >= 1"),
         ("chunks.frames=3/two", "takes a number"),
         ("urgent_chunks.bulk_below_talker=0", "takes true or false"),

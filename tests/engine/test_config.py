@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from voicewire.engine.config import ChunkSchedule, DecodeDeferral, EngineConfig, PrefillWait, UrgentChunks
+from voicewire.engine.config import ChunkSchedule, EngineConfig, PrefillWait, UrgentChunks
 from voicewire.engine.errors import InvalidOptions
 from voicewire.engine.segments import SegmentPolicy
 
@@ -41,22 +41,12 @@ def test_bad_settings_are_named(tmp_path: Path) -> None:
         EngineConfig.from_dict({"chunks": {"frames": [0]}})
     with pytest.raises(InvalidOptions, match="kv_length must be >= 64"):
         EngineConfig(kv_length=10)
-    with pytest.raises(
-        InvalidOptions, match="unknown decode_deferral settings: ahead; allowed: ahead_s, rows"
-    ):
-        EngineConfig.from_dict({"decode_deferral": {"ahead": 1}})
-    with pytest.raises(InvalidOptions, match="decode_deferral needs ahead_s >= 0 and rows >= 1"):
-        EngineConfig.from_dict({"decode_deferral": {"ahead_s": -1}})
+    with pytest.raises(InvalidOptions, match="unknown prefill_wait settings: max; allowed: max_s, prompts"):
+        EngineConfig.from_dict({"prefill_wait": {"max": 1}})
     bad = tmp_path / "bad.yaml"
     bad.write_text("- a list\n")
     with pytest.raises(InvalidOptions, match="expected a mapping with an 'engine:' section"):
         EngineConfig.from_yaml(bad)
-
-
-def test_decode_deferral_is_off_unless_set() -> None:
-    assert EngineConfig().decode_deferral == DecodeDeferral(ahead_s=0.0, rows=64)
-    config = EngineConfig.from_dict({"decode_deferral": {"ahead_s": 1.5, "rows": 96}})
-    assert config.decode_deferral == DecodeDeferral(ahead_s=1.5, rows=96)
 
 
 def test_urgent_chunks_are_off_unless_set() -> None:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from voicewire.engine import decode_stage as decode_stage_module
-from voicewire.engine.config import ChunkSchedule, DecodeDeferral, StreamOptions, UrgentChunks
+from voicewire.engine.config import ChunkSchedule, StreamOptions, UrgentChunks
 from voicewire.engine.decode_stage import DecoderStage
 from voicewire.engine.segments import TrackEntry
 from voicewire.engine.stream import SAMPLES_PER_FRAME, Stream
@@ -72,109 +72,6 @@ def test_chunks_due_at_different_counts_share_decoder_passes(tiny_models) -> Non
         got = np.concatenate(heard[s.id])
         assert got.shape == (frames * SAMPLES_PER_FRAME,)
         np.testing.assert_allclose(got, whole, atol=1e-5)
-
-
-def _deferring_stage(model, calls: list, monkeypatch: pytest.MonkeyPatch) -> DecoderStage:
-    """A stage that defers chunks with 0.5 s in hand, on a clock that stands still: a listener's
-    margin is then what was delivered, however slowly this machine decodes."""
-    monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: 100.0))
-    stage = DecoderStage(
-        model.decoder, slots=4, chunks=ChunkSchedule(1, (8,)), deferral=DecodeDeferral(ahead_s=0.5, rows=3)
-    )
-    decode = stage.batch.decode
-    stage.batch.decode = lambda rows, codes: calls.append((list(rows), codes.shape[1])) or decode(rows, codes)
-    return stage
-
-
-def test_chunks_far_ahead_of_their_listener_wait_to_fill_a_pass(
-    tiny_models, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With 0.72 s delivered in a few milliseconds, each stream's next 8-frame chunk waits until
-    three are due (`rows`), then all go in one pass; a new stream's first chunk does not wait, and
-    the waiting chunks do not ride its 1-frame pass."""
-    model = tiny_models["custom_voice"]
-    calls: list[tuple[list[int], int]] = []
-    stage = _deferring_stage(model, calls, monkeypatch)
-    voice = model.voice(speaker="vivian")
-    a, b, c, d = (Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2, 3, 4))
-    codes = np.arange(16, dtype=np.int64)[None] * 7
-    fed = [TrackEntry(5, ())]
-    for s in (a, b, c):
-        stage.open(s, None)
-        for _ in range(9):
-            stage.frames([s], codes, fed)
-    stage.process()  # first chunks, then the next 8 frames: none waits with 0.08 s in hand
-    assert calls == [([0, 1, 2], 1), ([0, 1, 2], 8)]
-    for s in (a, b):
-        for _ in range(8):
-            stage.frames([s], codes, fed)
-    stage.open(d, None)
-    stage.frames([d], codes, fed)
-    stage.process()
-    assert calls[2:] == [([3], 1)] and stage.waiting == 2
-    for _ in range(8):
-        stage.frames([c], codes, fed)
-    stage.process()
-    assert calls[3:] == [([0, 1, 2], 8)] and stage.waiting == 0
-    assert [s.delivered_samples // SAMPLES_PER_FRAME for s in (a, b, c, d)] == [17, 17, 17, 1]
-
-
-def test_a_waiting_chunk_goes_when_its_listener_runs_short_or_a_mark_drains_it(
-    tiny_models, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """And it rides along in a pass of its frame count that a round runs anyway."""
-    model = tiny_models["custom_voice"]
-    calls: list[tuple[list[int], int]] = []
-    stage = _deferring_stage(model, calls, monkeypatch)
-    voice = model.voice(speaker="vivian")
-    streams = [Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2, 3)]
-    codes = np.arange(16, dtype=np.int64)[None] * 7
-    fed = [TrackEntry(5, ())]
-    for s in streams:
-        stage.open(s, None)
-        for _ in range(9):
-            stage.frames([s], codes, fed)
-    stage.process()
-    del calls[:]
-    a, b, _ = streams
-    for _ in range(8):
-        stage.frames([a], codes, fed)
-    stage.process()
-    assert calls == [] and stage.waiting == 1
-    stage._streams[a.id].player.ends_at -= 0.3  # 0.42 s in hand now: under ahead_s
-    stage.process()
-    assert calls == [([0], 8)] and stage.waiting == 0
-    for _ in range(8):
-        stage.frames([b], codes, fed)
-    stage.process()
-    assert calls[1:] == [] and stage.waiting == 1
-    stage.segment_end(b, flushed=True)
-    stage.process()
-    assert calls[1:] == [([1], 8)] and stage.waiting == 0
-    for _ in range(8):  # a rides in the pass that b's drained chunk runs anyway
-        stage.frames([a], codes, fed)
-        stage.frames([b], codes, fed)
-    stage.segment_end(b, flushed=True)
-    stage.process()
-    assert calls[2:] == [([1, 0], 8)] and stage.waiting == 0
-
-
-def test_no_chunk_waits_with_fewer_streams_open_than_a_pass_needs(
-    tiny_models, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """One stream at 26x real time keeps its pace: with fewer open streams than `rows` nothing
-    waits, however far ahead the listener is."""
-    model = tiny_models["custom_voice"]
-    calls: list[tuple[list[int], int]] = []
-    stage = _deferring_stage(model, calls, monkeypatch)
-    voice = model.voice(speaker="vivian")
-    stream = Stream(1, voice, StreamOptions(), model.tokenizer, lambda: None)
-    codes = np.arange(16, dtype=np.int64)[None] * 7
-    stage.open(stream, None)
-    for _ in range(25):
-        stage.frames([stream], codes, [TrackEntry(5, ())])
-    stage.process()
-    assert calls == [([0], 1), ([0], 8), ([0], 8), ([0], 8)] and stage.waiting == 0
 
 
 def test_a_late_chunk_counts_the_gap_its_player_would_hear(

@@ -13,7 +13,6 @@ import torch
 from tests.engine.streaming import collect, feed, speak
 from voicewire.engine.config import (
     ChunkSchedule,
-    DecodeDeferral,
     EngineConfig,
     PrefillWait,
     StreamOptions,
@@ -384,14 +383,12 @@ def test_the_documented_example_runs(caplog: pytest.LogCaptureFixture) -> None:
 
 def test_tune_changes_only_the_live_settings(tiny_models) -> None:
     with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
-        engine.tune(prefill_wait=PrefillWait(max_s=0.01), decode_deferral=DecodeDeferral(ahead_s=2.0))
+        engine.tune(prefill_wait=PrefillWait(max_s=0.01), urgent_chunks=UrgentChunks(in_hand_s=0.5))
         assert engine.scheduler.config.prefill_wait == PrefillWait(max_s=0.01)
-        assert engine.decoder_stage.deferral == DecodeDeferral(ahead_s=2.0)
-        engine.tune(urgent_chunks=UrgentChunks(in_hand_s=0.5))
         assert engine.decoder_stage.urgent == UrgentChunks(in_hand_s=0.5)
-        assert engine.decoder_stage.deferral == DecodeDeferral(ahead_s=2.0)  # the others kept
         engine.tune(chunks=ChunkSchedule(1, (3, 2)))
         assert engine.decoder_stage.chunks == ChunkSchedule(1, (3, 2))
+        assert engine.decoder_stage.urgent == UrgentChunks(in_hand_s=0.5)  # the others kept
         with pytest.raises(InvalidOptions, match="kv_length cannot change on a running engine"):
             engine.tune(kv_length=256)
         assert engine.config.kv_length == 128

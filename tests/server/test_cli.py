@@ -109,7 +109,7 @@ def test_bench_engine_prints_its_json_report(
     assert len({e["tid"] for e in ops}) >= 2
     assert report["engine"]["step_ms"]["count"] >= 12 and report["engine"]["decode_ms"]["count"] >= 3
     # A/B arms: the configured run and each arm's, a report per round, each arm's median.
-    arm = "decode_deferral.ahead_s=0.5"
+    arm = "urgent_chunks.in_hand_s=0.5"
     assert main([*args, "--text-rate", "0", "--arm", arm, "--rounds", "2"]) == 0
     arms = json.loads(capsys.readouterr().out)["arms"]
     assert [(a["arm"], len(a["runs"])) for a in arms] == [("configured", 2), (arm, 2)]
@@ -120,10 +120,10 @@ def test_bench_engine_prints_its_json_report(
     ("flags", "message"),
     [
         (["--rounds", "2"], "--rounds goes with --arm"),
-        (["--arm", "decode_deferral.ahead_s=x"], "takes a number"),
+        (["--arm", "urgent_chunks.in_hand_s=x"], "takes a number"),
         (["--arm", "kv_length=64"], "SECTION.FIELD=VALUE"),
         (["--arm", "prefill_wait.max_s=0.01", "--rounds", "0"], "rounds must be at least 1, got 0"),
-        (["--arm", "decode_deferral.ahead_s=1", "--trace", "t.json"], "does not go with --arm"),
+        (["--arm", "urgent_chunks.in_hand_s=1", "--trace", "t.json"], "does not go with --arm"),
     ],
 )
 def test_bench_engine_refuses_arms_it_cannot_run(
