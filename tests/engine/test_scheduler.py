@@ -13,7 +13,7 @@ from voicewire.engine.frame_step import GenerationOptions
 from voicewire.engine.model import Qwen3TTS
 from voicewire.engine.scheduler import Scheduler
 from voicewire.engine.segments import SegmentPolicy, TrackEntry
-from voicewire.engine.stream import Stream
+from voicewire.engine.stream import SAMPLE_RATE, Stream
 
 _ids = itertools.count(1)
 
@@ -54,9 +54,9 @@ def model(tiny_models) -> Qwen3TTS:
     return tiny_models["custom_voice"]
 
 
-def _scheduler(model: Qwen3TTS, **config) -> tuple[Scheduler, Recorder]:
+def _scheduler(model: Qwen3TTS, max_ahead_samples: int | None = None, **config) -> tuple[Scheduler, Recorder]:
     recorder = Recorder()
-    return Scheduler(model.parts(), EngineConfig(**config), recorder, max_ahead_samples=None), recorder
+    return Scheduler(model.parts(), EngineConfig(**config), recorder, max_ahead_samples), recorder
 
 
 def _open(model: Qwen3TTS, scheduler: Scheduler, text: str, speaker: str = "vivian", **options) -> Stream:
@@ -296,3 +296,37 @@ def test_rounds_with_nothing_to_step_count_what_the_streams_wait_for(
         _run(scheduler, recorder, [stream])
     assert recorder.closed[stream.id] == ("max_frames", None)
     assert idle("listener") == idle("end") == 0
+
+
+def test_a_stream_ahead_of_its_listener_waits_for_it(model: Qwen3TTS) -> None:
+    """Backpressure: with a second of audio unread, the stream is left out of the steps, and the
+    idle round says it waits for its listener; once read, it steps again."""
+    scheduler, recorder = _scheduler(model, max_ahead_samples=SAMPLE_RATE, max_streams=2, kv_length=128)
+    opts = StreamOptions(greedy=True, suppress_eos=True, max_frames=30)
+    stream = Stream(
+        next(_ids), model.voice(speaker="vivian", language="english"), opts, model.tokenizer, lambda: None
+    )
+    generation = GenerationOptions.from_generation_config(
+        model.generation_config, greedy=True, suppress_eos=True
+    )
+    with torch.inference_mode():
+        scheduler.submit(stream, generation, lookahead=3)
+        stream.push_text("Short words, then a pause, then more words to say.")
+        for _ in range(4):
+            scheduler.step()
+        frames = len(recorder.codes[stream.id])
+        assert frames >= 1
+        stream.delivered_samples = SAMPLE_RATE  # the decoder sent a second its listener has not read
+        while scheduler.step():  # the frames in flight come back; nothing new is launched
+            pass
+        waiting = len(recorder.codes[stream.id])
+        assert not scheduler.step() and len(recorder.codes[stream.id]) == waiting
+        listener = scheduler.metrics.registry.get_sample_value(
+            "voicewire_engine_idle_streams_total", {"reason": "listener"}
+        )
+        assert listener >= 1
+        stream.consumed_samples = SAMPLE_RATE  # read
+        assert scheduler.step()
+        while scheduler.step():
+            pass
+        assert len(recorder.codes[stream.id]) > waiting
