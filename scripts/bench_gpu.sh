@@ -6,7 +6,8 @@
 # Writes OUT_PREFIX.json, .md, .serve.log and .metrics.txt (the Prometheus metrics of every server and engine process after the run).
 # Each further "NAME: ARGS" is one more `voicewire bench` on the same server (a fresh H100 takes
 # ~4 minutes to start one), with --frames and ARGS, written to OUT_PREFIX.NAME.json, .md and .metrics.txt.
-# Settings from the environment: FRAMES (100), RATE (20 words/s), PORT (8000), PYTHON (python3),
+# Settings from the environment: CONFIG (the server's profile, configs/gpu.yaml), FRAMES (100),
+# RATE (20 words/s), PORT (8000), PYTHON (python3),
 # WORKERS (server processes; default: the profile's server.workers), SESSIONS (sessions each stream
 # runs back to back; default 1), CANCEL_EVERY (cancel every Nth session after 0.4 s of audio;
 # default 4; 0 keeps every stream busy to the end, as the underrun target wants).
@@ -17,7 +18,7 @@ out=${3:?output prefix}
 py=${PYTHON:-python3}
 port=${PORT:-8000}
 model=$("$py" -c "from voicewire.engine.tiny import random_checkpoint; print(random_checkpoint('custom_voice', '$size'))")
-"$py" -m voicewire.server.cli serve --config configs/gpu.yaml --model "$model" --port "$port" \
+"$py" -m voicewire.server.cli serve --config "${CONFIG:-configs/gpu.yaml}" --model "$model" --port "$port" \
   ${WORKERS:+--workers "$WORKERS"} >"$out.serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
