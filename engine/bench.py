@@ -175,7 +175,7 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
 def parse_arm(spec: str, config: EngineConfig) -> dict[str, Any]:
     """An arm of an A/B, `section.field=value[,...]` over the engine's live settings
     (`engine.LIVE_SETTINGS`), as keywords for `Engine.tune`; a list is written with slashes
-    (`chunks.frames=3/2/2/4/8`). Raises ValueError for anything else."""
+    (`chunks.frames=3/2/2/4/8`), a switch as true or false. Raises ValueError for anything else."""
     changed: dict[str, dict[str, Any]] = {}
     for item in spec.split(","):
         name, _, value = item.strip().partition("=")
