@@ -59,7 +59,8 @@ def _scheduler(model: Qwen3TTS, max_ahead_samples: int | None = None, **config) 
     return Scheduler(model.parts(), EngineConfig(**config), recorder, max_ahead_samples), recorder
 
 
-def _open(model: Qwen3TTS, scheduler: Scheduler, text: str, speaker: str = "vivian", **options) -> Stream:
+def _submit(model: Qwen3TTS, scheduler: Scheduler, speaker: str = "vivian", **options) -> Stream:
+    """A greedy stream with EOS suppressed, handed to the scheduler with no text yet."""
     opts = StreamOptions(greedy=True, suppress_eos=True, **options)
     stream = Stream(
         next(_ids), model.voice(speaker=speaker, language="english"), opts, model.tokenizer, lambda: None
@@ -68,6 +69,11 @@ def _open(model: Qwen3TTS, scheduler: Scheduler, text: str, speaker: str = "vivi
         model.generation_config, greedy=True, suppress_eos=True
     )
     scheduler.submit(stream, generation, lookahead=3)
+    return stream
+
+
+def _open(model: Qwen3TTS, scheduler: Scheduler, text: str, speaker: str = "vivian", **options) -> Stream:
+    stream = _submit(model, scheduler, speaker, **options)
     stream.push_text(text)
     stream.end()
     return stream
@@ -273,15 +279,8 @@ def test_rounds_with_nothing_to_step_count_what_the_streams_wait_for(
             or 0.0
         )
 
-    opts = StreamOptions(greedy=True, suppress_eos=True, max_frames=30)
-    stream = Stream(
-        next(_ids), model.voice(speaker="vivian", language="english"), opts, model.tokenizer, lambda: None
-    )
-    generation = GenerationOptions.from_generation_config(
-        model.generation_config, greedy=True, suppress_eos=True
-    )
     with torch.inference_mode():
-        scheduler.submit(stream, generation, lookahead=3)
+        stream = _submit(model, scheduler, max_frames=30)
         assert scheduler.step()  # admitted
         assert not scheduler.step() and idle("start") == 1  # no text yet: its sequence cannot start
         clock[0] += 0.03
@@ -302,15 +301,8 @@ def test_a_stream_ahead_of_its_listener_waits_for_it(model: Qwen3TTS) -> None:
     """Backpressure: with a second of audio unread, the stream is left out of the steps, and the
     idle round says it waits for its listener; once read, it steps again."""
     scheduler, recorder = _scheduler(model, max_ahead_samples=SAMPLE_RATE, max_streams=2, kv_length=128)
-    opts = StreamOptions(greedy=True, suppress_eos=True, max_frames=30)
-    stream = Stream(
-        next(_ids), model.voice(speaker="vivian", language="english"), opts, model.tokenizer, lambda: None
-    )
-    generation = GenerationOptions.from_generation_config(
-        model.generation_config, greedy=True, suppress_eos=True
-    )
     with torch.inference_mode():
-        scheduler.submit(stream, generation, lookahead=3)
+        stream = _submit(model, scheduler, max_frames=30)
         stream.push_text("Short words, then a pause, then more words to say.")
         for _ in range(4):
             scheduler.step()
