@@ -175,7 +175,7 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
 def parse_arm(spec: str, config: EngineConfig) -> dict[str, Any]:
     """An arm of an A/B, `section.field=value[,...]` over the engine's live settings
     (`engine.LIVE_SETTINGS`), as keywords for `Engine.tune`; a list is written with slashes
-    (`chunks.frames=3/2/2/4/8`), a switch as true or false. Raises ValueError for anything else."""
+    (`chunks.frames=3/2/2/4/8`). Raises ValueError for anything else."""
     changed: dict[str, dict[str, Any]] = {}
     for item in spec.split(","):
         name, _, value = item.strip().partition("=")
@@ -188,15 +188,10 @@ def parse_arm(spec: str, config: EngineConfig) -> dict[str, Any]:
         if key not in {f.name for f in dataclasses.fields(current)}:
             raise ValueError(f"arm {spec!r}: {section} has no field {key!r}")
         kind = type(getattr(current, key))
-        if kind is bool:
-            if value not in ("true", "false"):
-                raise ValueError(f"arm {spec!r}: {name} takes true or false, got {value!r}")
-            parsed: Any = value == "true"
-        else:
-            try:
-                parsed = tuple(int(v) for v in value.split("/")) if kind is tuple else kind(value)
-            except ValueError:
-                raise ValueError(f"arm {spec!r}: {name} takes a number, got {value!r}") from None
+        try:
+            parsed = tuple(int(v) for v in value.split("/")) if kind is tuple else kind(value)
+        except ValueError:
+            raise ValueError(f"arm {spec!r}: {name} takes a number, got {value!r}") from None
         changed.setdefault(section, {})[key] = parsed
     return {
         section: dataclasses.replace(getattr(config, section), **fields)

@@ -35,27 +35,18 @@ class ChunkSchedule:
 
 @dataclass(frozen=True)
 class UrgentChunks:
-    """Which decoder chunks go before the talker on the GPU. A round decodes the chunks of listeners
-    with less than `in_hand_s` of audio in hand (new streams' above all) first, on a CUDA stream
-    above the talker's priority, and the rest after them on one below it: those big passes then
-    fill the GPU around the talker's steps instead of holding every stream's next frame up. Off
-    while `in_hand_s` is 0: every chunk decodes above the talker.
-
-    With `bulk_rows`, a round takes at most that many of the other chunks (those with the least in
-    hand first) and leaves the rest due for the rounds after, so a round is short and the urgent
-    chunks that arrive during it do not wait long for the next. `bulk_below_talker` off keeps the
-    other chunks at the urgent ones' priority: the decoder's thread waits for each pass, so a slow
-    low-priority pass holds up the urgent chunks that arrive meanwhile."""
+    """Which decoder chunks a round takes first, and how many of the rest. A round decodes the chunks
+    of listeners with less than `in_hand_s` of audio in hand (new streams' above all) first; off
+    while `in_hand_s` is 0. With `bulk_rows`, it then takes at most that many of the other chunks
+    (those with the least in hand first) and leaves the rest due for the rounds after, so a round
+    is short and the urgent chunks that arrive during it do not wait long for the next."""
 
     in_hand_s: float = 0.0
     bulk_rows: int = 0  # 0: a round takes every due chunk
-    bulk_below_talker: bool = True
 
     def __post_init__(self) -> None:
-        if self.in_hand_s < 0 or self.bulk_rows < 0 or not isinstance(self.bulk_below_talker, bool):
-            raise InvalidOptions(
-                f"urgent_chunks needs in_hand_s >= 0, bulk_rows >= 0 and bulk_below_talker true or false, got {self}"
-            )
+        if self.in_hand_s < 0 or self.bulk_rows < 0:
+            raise InvalidOptions(f"urgent_chunks needs in_hand_s >= 0 and bulk_rows >= 0, got {self}")
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ row of one `CodecDecoderState`; the incremental decoder carries its context, so 
 exactly the new samples and equal one full decode. A stream's frames wait until its next chunk
 size is reached (small first chunk, larger later), or until a segment end, flush or close drains
 them. A round decodes every due chunk in shared passes, one per graphed frame count (8, 4, 2, 1).
-With `UrgentChunks`, a round decodes the chunks of listeners short of audio first, above the talker's
-CUDA priority, and the others after them, below it.
+With `UrgentChunks`, a round decodes the chunks of listeners short of audio first, and at most so
+many of the others. On CUDA the decoder runs above the talker's stream priority.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from voicewire.engine.stream import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk, 
 
 log = logging.getLogger(__name__)
 
-# CUDA stream priorities (lower goes first when kernels meet): urgent decoder chunks, the talker's
-# steps, then the chunks of listeners with audio in hand (`UrgentChunks`).
-URGENT_PRIORITY, TALKER_PRIORITY, BULK_PRIORITY = -2, -1, 0
+# CUDA stream priorities (lower goes first when kernels meet): a listener waits for the decoder's
+# chunks, so its passes go before the talker's steps.
+DECODER_PRIORITY, TALKER_PRIORITY = -2, -1
 
 MAX_DECODE_FRAMES = 32  # a stream that fell behind catches up in chunks of at most this many frames
 
@@ -120,7 +120,6 @@ class DecoderStage:
         self._streams: dict[int, _Decoding] = {}
         self._fresh: list[int] = []  # rows of newly opened streams, reset together before decoding
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._bulk_stream: torch.cuda.Stream | None = None  # on CUDA, set by run()
 
     @property
     def open_streams(self) -> int:
@@ -152,13 +151,11 @@ class DecoderStage:
     # --- the decoder's thread -------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Decode until `stop` is set. On CUDA it runs on streams of its own: urgent chunks above the
-        talker's priority, so a new stream's chunks are not held behind whole frames, and (with
-        `UrgentChunks`) the rest below it, so big passes fill the GPU around the talker's steps."""
-        on_cuda = self.device.type == "cuda"
-        stream = torch.cuda.Stream(self.device, priority=URGENT_PRIORITY) if on_cuda else None
-        if on_cuda:
-            self._bulk_stream = torch.cuda.Stream(self.device, priority=BULK_PRIORITY)
+        """Decode until `stop` is set. On CUDA it runs on a stream of its own, above the talker's
+        priority, so a new stream's chunks are not held behind whole frames."""
+        stream = (
+            torch.cuda.Stream(self.device, priority=DECODER_PRIORITY) if self.device.type == "cuda" else None
+        )
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             while not stop.is_set():
                 try:
@@ -238,7 +235,7 @@ class DecoderStage:
         if 0 < self.urgent.bulk_rows < len(bulk):  # the rest stay due, for the rounds after
             bulk = sorted(bulk, key=lambda item: item[0].player.buffered_s(now))[: self.urgent.bulk_rows]
         self._decode([self._take(decoding, n) for decoding, n in urgent])
-        self._decode_bulk([self._take(decoding, n) for decoding, n in bulk])
+        self._decode([self._take(decoding, n) for decoding, n in bulk])
         for decoding in marked:
             self._deliver_mark(decoding)
         return bool(urgent or bulk or marked)
@@ -251,16 +248,6 @@ class DecoderStage:
     def _in_hand(self, decoding: _Decoding, now: float) -> bool:
         """Whether a stream's listener has `urgent.in_hand_s` of audio in hand (never while it is 0)."""
         return 0 < self.urgent.in_hand_s <= decoding.player.buffered_s(now)
-
-    def _decode_bulk(self, due: list[_Chunk]) -> None:
-        """Chunks whose listeners have audio in hand, after the urgent ones and, on CUDA, below the
-        talker's priority unless `urgent.bulk_below_talker` is off."""
-        if not due or self._bulk_stream is None or not self.urgent.bulk_below_talker:
-            self._decode(due)
-            return
-        self._bulk_stream.wait_stream(torch.cuda.current_stream(self.device))  # row resets, inputs
-        with torch.cuda.stream(self._bulk_stream):
-            self._decode(due)
 
     def _decode(self, due: list[_Chunk]) -> None:
         """Every due chunk, in shared passes: a pass decodes one frame count, the graphs' (8, 4, 2, 1),

@@ -113,7 +113,6 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
     assert report["arms"][1]["settings"]["urgent_chunks"] == {
         "in_hand_s": 0.5,
         "bulk_rows": 1,
-        "bulk_below_talker": True,
     }
     assert report["arms"][2]["settings"]["prefill_wait"] == {"max_s": 0.01, "prompts": 2}
     for arm in report["arms"]:
@@ -132,7 +131,7 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
         ("urgent_chunks.in_hand_s=-1", "in_hand_s >= 0"),
         ("prefill_wait.prompts=0", "prompts >= 1"),
         ("chunks.frames=3/two", "takes a number"),
-        ("urgent_chunks.bulk_below_talker=0", "takes true or false"),
+        ("urgent_chunks.bulk_rows=1.5", "takes a number"),
         ("chunks.frames=3/0", "chunk sizes must be whole numbers >= 1"),
     ],
 )
@@ -141,8 +140,8 @@ def test_bad_arms_are_refused(spec: str, message: str) -> None:
         bench.parse_arm(spec, EngineConfig())
 
 
-def test_an_arm_writes_a_list_with_slashes() -> None:
+def test_an_arm_writes_a_list_with_slashes_and_fields_apart_with_commas() -> None:
     arm = bench.parse_arm("chunks.frames=3/2/2/4/8", EngineConfig())
     assert arm == {"chunks": ChunkSchedule(first_frames=1, frames=(3, 2, 2, 4, 8))}
-    arm = bench.parse_arm("urgent_chunks.in_hand_s=1,urgent_chunks.bulk_below_talker=false", EngineConfig())
-    assert arm == {"urgent_chunks": UrgentChunks(in_hand_s=1.0, bulk_below_talker=False)}
+    arm = bench.parse_arm("urgent_chunks.in_hand_s=1,urgent_chunks.bulk_rows=128", EngineConfig())
+    assert arm == {"urgent_chunks": UrgentChunks(in_hand_s=1.0, bulk_rows=128)}

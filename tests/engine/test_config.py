@@ -54,12 +54,11 @@ def test_urgent_chunks_are_off_unless_set() -> None:
     assert EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 0.5}}).urgent_chunks == UrgentChunks(0.5)
     with pytest.raises(InvalidOptions, match="urgent_chunks needs in_hand_s >= 0"):
         EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": -0.1}})
-    for wrong in ({"bulk_rows": -1}, {"bulk_below_talker": "no"}):
-        with pytest.raises(InvalidOptions, match="bulk_rows >= 0 and bulk_below_talker true or false"):
-            EngineConfig.from_dict({"urgent_chunks": wrong})
+    with pytest.raises(InvalidOptions, match="in_hand_s >= 0 and bulk_rows >= 0, got"):
+        EngineConfig.from_dict({"urgent_chunks": {"bulk_rows": -1}})
     with pytest.raises(
         InvalidOptions,
-        match="unknown urgent_chunks settings: in_hand; allowed: bulk_below_talker, bulk_rows, in_hand_s",
+        match="unknown urgent_chunks settings: in_hand; allowed: bulk_rows, in_hand_s",
     ):
         EngineConfig.from_dict({"urgent_chunks": {"in_hand": 0.5}})
 
