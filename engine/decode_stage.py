@@ -224,18 +224,22 @@ class DecoderStage:
         self._reset_fresh()
         now = time.monotonic()
         urgent: list[tuple[_Decoding, int]] = []
-        bulk: list[tuple[_Decoding, int]] = []
+        bulk: list[tuple[float, _Decoding, int]] = []  # (audio in hand, ...): listeners not short of audio
         marked = []
         for decoding in list(self._streams.values()):
             n = decoding.due()
             if n:
-                (bulk if self._in_hand(decoding, now) else urgent).append((decoding, n))
+                in_hand = decoding.player.buffered_s(now)
+                if 0 < self.urgent.in_hand_s <= in_hand:
+                    bulk.append((in_hand, decoding, n))
+                else:
+                    urgent.append((decoding, n))
             elif decoding.queue and isinstance(decoding.queue[0], _Mark):
                 marked.append(decoding)
         if 0 < self.urgent.bulk_rows < len(bulk):  # the rest stay due, for the rounds after
-            bulk = sorted(bulk, key=lambda item: item[0].player.buffered_s(now))[: self.urgent.bulk_rows]
+            bulk = sorted(bulk, key=lambda item: item[0])[: self.urgent.bulk_rows]
         self._decode([self._take(decoding, n) for decoding, n in urgent])
-        self._decode([self._take(decoding, n) for decoding, n in bulk])
+        self._decode([self._take(decoding, n) for _, decoding, n in bulk])
         for decoding in marked:
             self._deliver_mark(decoding)
         return bool(urgent or bulk or marked)
@@ -244,10 +248,6 @@ class DecoderStage:
     def _take(decoding: _Decoding, n: int) -> _Chunk:
         frames = [decoding.queue.popleft() for _ in range(n)]
         return _Chunk(decoding, frames, sorted(split_frames(n)))
-
-    def _in_hand(self, decoding: _Decoding, now: float) -> bool:
-        """Whether a stream's listener has `urgent.in_hand_s` of audio in hand (never while it is 0)."""
-        return 0 < self.urgent.in_hand_s <= decoding.player.buffered_s(now)
 
     def _decode(self, due: list[_Chunk]) -> None:
         """Every due chunk, in shared passes: a pass decodes one frame count, the graphs' (8, 4, 2, 1),

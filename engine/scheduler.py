@@ -370,8 +370,8 @@ class Scheduler:
             return False  # its last frame is in flight: the sequence ends there
         if live.max_frames is not None and live.frames + live.in_flight >= live.max_frames:
             return False
-        if segment.next_id(self.parts.text_ids.tts_pad) is None:
-            return False  # waiting for text
+        if self._waiting_for_text(live):
+            return False
         return not self._ahead_of_listener(live)
 
     def _ahead_of_listener(self, live: _Live) -> bool:

@@ -130,8 +130,7 @@ def _round_of_two_listeners(model, urgent: UrgentChunks, monkeypatch: pytest.Mon
 def test_urgent_chunks_decode_before_the_chunks_of_listeners_with_audio_in_hand(
     tiny_models, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """b has nothing in hand: its chunk goes in a pass of its own (on CUDA, above the talker), a's
-    after it (below the talker)."""
+    """b has nothing in hand: its chunk goes in a pass of its own, a's after it."""
     calls = _round_of_two_listeners(tiny_models["custom_voice"], UrgentChunks(in_hand_s=0.2), monkeypatch)
     assert calls == [(["b"], 1), (["a"], 1)]
 
