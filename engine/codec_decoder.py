@@ -30,7 +30,6 @@ from torch import Tensor, nn
 from voicewire.engine import pointwise
 from voicewire.engine.checkpoint import CheckpointError, load_into, read_json, read_safetensors, take_prefix
 from voicewire.engine.layers import MLP, LayerScale, RMSNorm, weight_parts
-from voicewire.engine.pointwise import rotate
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +100,10 @@ class CodecDecoderConfig:
 
 @dataclass
 class CodecDecoderState:
-    """Per-stream decoding context for a batch of streams; row b is stream slot b.
+    """Per-stream decoding context for a batch of stream slots; row b is slot b.
 
-    Allocated once by `CodecDecoder.new_state`; `decode_step` updates it in place.
+    Allocated once by `CodecDecoder.new_state`; `decode_step` reads and writes the rows it decodes
+    in place (through `StateRows`).
     """
 
     conv: list[Tensor]  # per conv slot: [B, left context, C_in]
@@ -116,21 +116,47 @@ class CodecDecoderState:
         for buf in (*self.conv, *self.keys, *self.values, self.pos):
             buf.index_fill_(0, rows, 0)
 
-    def select(self, rows: Tensor) -> CodecDecoderState:
-        """A copy of the given rows (int64 [n]), for decoding a subset of streams together."""
-        pick = [buf.index_select(0, rows) for buf in (*self.conv, *self.keys, *self.values)]
-        c, k = len(self.conv), len(self.keys)
-        return CodecDecoderState(pick[:c], pick[c : c + k], pick[c + k :], self.pos.index_select(0, rows))
+    def rows(self, index: Tensor) -> StateRows:
+        """The rows `index` (int64 [n], distinct except for rows nobody reads back) for one pass."""
+        return StateRows(self, index, self.pos.index_select(0, index))
 
-    def assign(self, rows: Tensor, part: CodecDecoderState) -> None:
-        """Write `part` (from `select`) back into the given rows."""
-        mine = (*self.conv, *self.keys, *self.values, self.pos)
-        theirs = (*part.conv, *part.keys, *part.values, part.pos)
-        for dst, src in zip(mine, theirs, strict=True):
-            dst.index_copy_(0, rows, src)
+
+@dataclass
+class StateRows:
+    """Some rows of a `CodecDecoderState`, as one decoder pass reads and writes them: each context
+    is gathered where it is used and its new tail written straight back, with no copy of the rows
+    made before the pass and written back after it."""
+
+    state: CodecDecoderState
+    index: Tensor  # int64 [n]: the state's rows, in the pass's batch order
+    pos: Tensor  # [n] int64: their positions before the pass
+
+    def conv(self, slot: int) -> Tensor:
+        return self.state.conv[slot].index_select(0, self.index)
+
+    def set_conv(self, slot: int, tail: Tensor) -> None:
+        self.state.conv[slot].index_copy_(0, self.index, tail)
+
+    def window(self, layer: int) -> tuple[Tensor, Tensor]:
+        """The carried keys and values of a transformer layer."""
+        return self.state.keys[layer].index_select(0, self.index), self.state.values[layer].index_select(
+            0, self.index
+        )
+
+    def set_window(self, layer: int, keys: Tensor, values: Tensor) -> None:
+        self.state.keys[layer].index_copy_(0, self.index, keys)
+        self.state.values[layer].index_copy_(0, self.index, values)
+
+    def advance(self, frames: int) -> None:
+        self.state.pos.index_copy_(0, self.index, self.pos + frames)
 
 
 # --- dequantizer ------------------------------------------------------------------------------
+
+
+def _require_prepared(derived: Tensor, what: str) -> None:
+    if derived.numel() == 0:
+        raise RuntimeError(f"{what} has no derived weights yet: call CodecDecoder.prepare() after loading")
 
 
 class Codebook(nn.Module):
@@ -165,24 +191,39 @@ class ResidualGroup(nn.Module):
         self.output_proj = nn.Conv1d(dim, outer_dim, 1, bias=False)
         self.vq = CodebookStack(count, size, dim)
 
-    def forward(self, codes: Tensor) -> Tensor:
-        # codes [B, n, count] -> [B, n, outer_dim]
-        total = F.embedding(codes[..., 0], self.vq.layers[0]._codebook.table())
-        for k in range(1, len(self.vq.layers)):
-            total = total + F.embedding(codes[..., k], self.vq.layers[k]._codebook.table())
-        return conv_time_major(self.output_proj, total)
+    def projected_tables(self) -> list[Tensor]:
+        """Each codebook's entries through the output projection, [size, outer_dim] in float32:
+        the projection is linear, so projecting the sum equals summing the projected entries."""
+        proj = self.output_proj.weight[..., 0].float()
+        return [slot._codebook.table().float() @ proj.T for slot in self.vq.layers]
 
 
 class Quantizer(nn.Module):
+    """Codes [B, n, Q] -> the dequantized frames [B, n, codebook_dim].
+
+    Both residual groups fold into one table of projected entries (`fold`, once the weights are in),
+    so a frame is one gather and one sum: the published form (16 tables from EMA sums, 16 lookups,
+    two projections) was ~65 small kernels per decoder pass."""
+
     def __init__(self, cfg: CodecDecoderConfig) -> None:
         super().__init__()
         half, q0 = cfg.codebook_dim // 2, cfg.num_semantic_quantizers
         self.rvq_first = ResidualGroup(q0, cfg.codebook_size, half, cfg.codebook_dim)
         self.rvq_rest = ResidualGroup(cfg.num_quantizers - q0, cfg.codebook_size, half, cfg.codebook_dim)
-        self.semantic = q0
+        offsets = torch.arange(cfg.num_quantizers) * cfg.codebook_size  # codebook k's rows in `folded`
+        self.register_buffer("offsets", offsets, persistent=False)
+        self.register_buffer("folded", torch.zeros(0), persistent=False)
+
+    @torch.no_grad()
+    def fold(self) -> None:
+        """Fill `folded` [Q * codebook_size, codebook_dim] from the loaded weights, in float32 and
+        stored in the weights' dtype."""
+        tables = self.rvq_first.projected_tables() + self.rvq_rest.projected_tables()
+        self.folded = torch.cat(tables).to(self.rvq_first.output_proj.weight.dtype)
 
     def forward(self, codes: Tensor) -> Tensor:
-        return self.rvq_first(codes[..., : self.semantic]) + self.rvq_rest(codes[..., self.semantic :])
+        _require_prepared(self.folded, "the quantizer")
+        return F.embedding(codes + self.offsets, self.folded).sum(dim=-2, dtype=self.folded.dtype)
 
 
 # --- convolutions with carried left context -----------------------------------------------------
@@ -227,7 +268,7 @@ def conv_time_major(conv: nn.Conv1d | nn.ConvTranspose1d, x: Tensor, with_bias: 
 
 
 def conv_input(
-    x: Tensor, state: CodecDecoderState, slot: int, act: SnakeBeta | None, bias: Tensor | None = None
+    x: Tensor, state: StateRows, slot: int, act: SnakeBeta | None, bias: Tensor | None = None
 ) -> Tensor:
     """act(x) after the carried context of conv slot `slot` (-1: a conv without context) along
     time; the context is updated to the last frames. `bias`: the previous conv's, still to be added
@@ -238,12 +279,12 @@ def conv_input(
             return x
         return act(x, bias)
     assert bias is None
-    buf = state.conv[slot]
+    context = state.conv(slot)
     if act is None:
-        full = torch.cat([buf, x], dim=1)
+        full = torch.cat([context, x], dim=1)
     else:
-        full = pointwise.snake_beta_after(buf, x, act.alpha, act.beta)
-    buf.copy_(full[:, -buf.shape[1] :])
+        full = pointwise.snake_beta_after(context, x, act.freq, act.gain)
+    state.set_conv(slot, full[:, -context.shape[1] :])
     return full
 
 
@@ -260,7 +301,7 @@ class CausalConv(nn.Module):
     def forward(
         self,
         x: Tensor,
-        state: CodecDecoderState,
+        state: StateRows,
         act: SnakeBeta | None = None,
         bias: Tensor | None = None,
         with_bias: bool = True,
@@ -283,7 +324,7 @@ class CausalTransConv(nn.Module):
         self.context = -(-(kernel - stride) // stride)
         self.slot = -1
 
-    def forward(self, x: Tensor, state: CodecDecoderState, act: SnakeBeta | None = None) -> Tensor:
+    def forward(self, x: Tensor, state: StateRows, act: SnakeBeta | None = None) -> Tensor:
         n = x.shape[1]
         out = conv_time_major(self.conv, conv_input(x, state, self.slot, act))
         if self.context == 0:
@@ -293,15 +334,25 @@ class CausalTransConv(nn.Module):
 
 
 class SnakeBeta(nn.Module):
-    """x + sin²(x·e^alpha) / e^beta, per channel (alpha and beta stored as logs), x time-major."""
+    """x + sin²(x·e^alpha) / (e^beta + 1e-9), per channel (alpha and beta stored as logs), x time-major."""
 
     def __init__(self, channels: int) -> None:
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
+        self.register_buffer("freq", torch.zeros(0), persistent=False)
+        self.register_buffer("gain", torch.zeros(0), persistent=False)
+
+    @torch.no_grad()
+    def fold(self) -> None:
+        """e^alpha and 1 / (e^beta + 1e-9) in float32, once: per element they were two exps and a
+        reciprocal beside the sine, and the fused activation was bound by that arithmetic."""
+        self.freq = self.alpha.float().exp()
+        self.gain = 1.0 / (self.beta.float().exp() + 1e-9)
 
     def forward(self, x: Tensor, bias: Tensor | None = None) -> Tensor:
-        return pointwise.snake_beta(x, self.alpha, self.beta, bias)
+        _require_prepared(self.freq, "SnakeBeta")
+        return pointwise.snake_beta(x, self.freq, self.gain, bias)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -314,9 +365,9 @@ class ConvNeXtBlock(nn.Module):
         self.pwconv2 = nn.Linear(4 * dim, dim)
         self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
 
-    def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
+    def forward(self, x: Tensor, state: StateRows) -> Tensor:
         h = self.pwconv2(self.act(self.pwconv1(self.norm(self.dwconv(x, state)))))
-        return x + self.gamma * h
+        return pointwise.scaled_add(x, self.gamma, h)
 
 
 class ResidualUnit(nn.Module):
@@ -327,7 +378,7 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv(dim, dim, 1)
 
-    def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
+    def forward(self, x: Tensor, state: StateRows) -> Tensor:
         # conv1's bias goes into act2's pass: one trip less over the block's largest tensor.
         h = self.conv1(x, state, self.act1, with_bias=False)
         return x + self.conv2(h, state, self.act2, bias=self.conv1.conv.bias)
@@ -339,7 +390,7 @@ class DecoderBlock(nn.Module):
         units = [ResidualUnit(c_out, d) for d in (1, 3, 9)]
         self.block = nn.ModuleList([SnakeBeta(c_in), CausalTransConv(c_in, c_out, 2 * rate, rate), *units])
 
-    def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
+    def forward(self, x: Tensor, state: StateRows) -> Tensor:
         act, trans_conv, *units = self.block
         x = trans_conv(x, state, act)
         for unit in units:
@@ -348,6 +399,25 @@ class DecoderBlock(nn.Module):
 
 
 # --- sliding-window transformer -----------------------------------------------------------------
+
+
+@pointwise.fusable
+def window_rope_and_mask(
+    pos: Tensor, n: int, past: int, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[Tensor, Tensor, Tensor]:
+    """For the next n frames of rows at positions `pos` [B]: RoPE cos and sin [B, n, 1, head_dim]
+    (angles in float32, as upstream), and the attention mask [B, 1, n, past + n] over the carried
+    window and the chunk. Query i sees keys j with i <= j <= i + past, the 72 frames ending at
+    itself, except keys before the stream start."""
+    dev = pos.device
+    steps = torch.arange(n, device=dev)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=dev).float() / head_dim))
+    freqs = (pos[:, None] + steps).float()[..., None] * inv_freq  # [B, n, head_dim / 2]
+    emb = torch.cat([freqs, freqs], dim=-1)[:, :, None]
+    keys = torch.arange(past + n, device=dev)
+    band = (keys[None, :] >= steps[:, None]) & (keys[None, :] <= steps[:, None] + past)  # [n, past + n]
+    started = (pos[:, None] - past + keys) >= 0  # [B, past + n]
+    return emb.cos().to(dtype), emb.sin().to(dtype), (band[None] & started[:, None])[:, None]
 
 
 class Attention(nn.Module):
@@ -365,18 +435,20 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(q_dim, cfg.hidden_size, bias=cfg.attention_bias)
 
     def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, key_cache: Tensor, value_cache: Tensor
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, state: StateRows, layer: int
     ) -> Tensor:
         b, n, _ = x.shape
-        q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        q = self.q_proj(x).view(b, n, self.heads, self.head_dim)
+        k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim)
+        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim)
+        q, k = pointwise.rotate_pair(q, k, cos, sin)
+        q = q.transpose(1, 2)
+        past_k, past_v = state.window(layer)
         # [B, kv_heads, window - 1 + n, head_dim]: the carried window, then this chunk.
-        k_all = torch.cat([key_cache, k], dim=2)
-        v_all = torch.cat([value_cache, v], dim=2)
-        key_cache.copy_(k_all[:, :, -key_cache.shape[2] :])
-        value_cache.copy_(v_all[:, :, -value_cache.shape[2] :])
+        k_all = torch.cat([past_k, k.transpose(1, 2)], dim=2)
+        v_all = torch.cat([past_v, v.transpose(1, 2)], dim=2)
+        window = past_k.shape[2]
+        state.set_window(layer, k_all[:, :, -window:], v_all[:, :, -window:])
         if self.heads != self.kv_heads:
             k_all = k_all.repeat_interleave(self.heads // self.kv_heads, dim=1)
             v_all = v_all.repeat_interleave(self.heads // self.kv_heads, dim=1)
@@ -394,9 +466,12 @@ class TransformerLayer(nn.Module):
         self.self_attn_layer_scale = LayerScale(cfg.hidden_size)
         self.mlp_layer_scale = LayerScale(cfg.hidden_size)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, kc: Tensor, vc: Tensor) -> Tensor:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, kc, vc))
-        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, state: StateRows, layer: int
+    ) -> Tensor:
+        attended = self.self_attn(self.input_layernorm(x), cos, sin, mask, state, layer)
+        x = self.self_attn_layer_scale(x, attended)
+        return self.mlp_layer_scale(x, self.mlp(self.post_attention_layernorm(x)))
 
 
 class Transformer(nn.Module):
@@ -408,26 +483,15 @@ class Transformer(nn.Module):
         self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
         self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
 
-    def forward(self, x: Tensor, state: CodecDecoderState) -> Tensor:
+    def forward(self, x: Tensor, state: StateRows) -> Tensor:
         # x [B, n, latent]; positions continue from state.pos per row.
-        n = x.shape[1]
-        dev, past = x.device, self.cfg.sliding_window - 1
-        steps = torch.arange(n, device=dev)
-        pos = state.pos[:, None] + steps  # [B, n]
-        dim = self.cfg.head_dim
-        inv_freq = 1.0 / (self.cfg.rope_theta ** (torch.arange(0, dim, 2, device=dev).float() / dim))
-        freqs = pos.float()[..., None] * inv_freq  # [B, n, head_dim / 2], float32 as upstream
-        emb = torch.cat([freqs, freqs], dim=-1)[:, None]
-        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        # Query i sees keys j (of past + n) with i <= j <= i + past, i.e. the 72 frames ending at
-        # itself, except keys before the stream start.
-        keys = torch.arange(past + n, device=dev)
-        band = (keys[None, :] >= steps[:, None]) & (keys[None, :] <= steps[:, None] + past)  # [n, past + n]
-        started = (state.pos[:, None] - past + keys) >= 0  # [B, past + n]
-        mask = (band[None] & started[:, None])[:, None]  # [B, 1, n, past + n]
+        cfg = self.cfg
+        cos, sin, mask = window_rope_and_mask(
+            state.pos, x.shape[1], cfg.sliding_window - 1, cfg.head_dim, cfg.rope_theta, x.dtype
+        )
         h = self.input_proj(x)
-        for layer, kc, vc in zip(self.layers, state.keys, state.values, strict=True):
-            h = layer(h, cos, sin, mask, kc, vc)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, cos, sin, mask, state, i)
         return self.output_proj(self.norm(h))
 
 
@@ -464,6 +528,17 @@ class CodecDecoder(nn.Module):
                 m.slot = len(self._contexts)
                 self._contexts.append(m)
 
+    def prepare(self) -> None:
+        """Derive the inference forms of the loaded weights, in place, on their device: the
+        quantizer's folded table, SnakeBeta's per-channel factors, and channels-last conv weights,
+        as the activations are, so no conv converts its weight."""
+        self.quantizer.fold()
+        for m in self.modules():
+            if isinstance(m, SnakeBeta):
+                m.fold()
+            elif isinstance(m, nn.Conv1d | nn.ConvTranspose1d) and m.groups == 1:
+                m.weight.data = m.weight.data.mT.contiguous().mT
+
     def new_state(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> CodecDecoderState:
         """Zeroed context for `batch` stream slots."""
         cfg = self.cfg
@@ -477,19 +552,23 @@ class CodecDecoder(nn.Module):
         pos = torch.zeros(batch, device=device, dtype=torch.int64)
         return CodecDecoderState(conv, keys, values, pos)
 
-    def decode_step(self, codes: Tensor, state: CodecDecoderState) -> Tensor:
-        """Decode the next `n` frames `[B, n, Q]` of every stream; returns their samples `[B, n * 1920]`."""
+    def decode_step(self, codes: Tensor, state: CodecDecoderState, rows: Tensor | None = None) -> Tensor:
+        """Decode the next `n` frames `[B, n, Q]` of the streams in `rows` (int64 [B]; default: all
+        of the state's rows, in order); returns their samples `[B, n * 1920]`."""
+        if rows is None:
+            rows = torch.arange(state.pos.shape[0], device=state.pos.device)
+        part = state.rows(rows)
         h = self.quantizer(codes)  # [B, n, codebook_dim], time-major from here on
-        h = self.pre_conv(h, state)
-        h = self.pre_transformer(h, state)  # [B, n, latent]
+        h = self.pre_conv(h, part)
+        h = self.pre_transformer(h, part)  # [B, n, latent]
         for trans_conv, block in self.upsample:
-            h = block(trans_conv(h, state), state)
+            h = block(trans_conv(h, part), part)
         first, *blocks, act, last = self.decoder
-        h = first(h, state)
+        h = first(h, part)
         for block in blocks:
-            h = block(h, state)
-        h = last(h, state, act)  # [B, n * 1920, 1]
-        state.pos.add_(codes.shape[1])
+            h = block(h, part)
+        h = last(h, part, act)  # [B, n * 1920, 1]
+        part.advance(codes.shape[1])
         return h[..., 0].clamp(-1.0, 1.0)
 
     def forward(self, codes: Tensor) -> Tensor:
@@ -557,8 +636,5 @@ def load_codec_decoder(
     load_into(decoder, take_prefix(tensors, "decoder"), f"{folder / 'model.safetensors'} (decoder.*)")
     log.debug("loaded the codec decoder from %s", folder)
     decoder = decoder.to(device=device, dtype=dtype).eval()
-    for m in decoder.modules():
-        if isinstance(m, nn.Conv1d | nn.ConvTranspose1d) and m.groups == 1:
-            # Channels-last weights, as the activations are: no conversion inside each conv.
-            m.weight.data = m.weight.data.mT.contiguous().mT
+    decoder.prepare()
     return decoder

@@ -267,8 +267,8 @@ class TransformerLayer(nn.Module):
         self.mlp_layer_scale = LayerScale(cfg.hidden_size)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin))
-        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+        x = self.self_attn_layer_scale(x, self.self_attn(self.input_layernorm(x), cos, sin))
+        return self.mlp_layer_scale(x, self.mlp(self.post_attention_layernorm(x)))
 
 
 class Transformer(nn.Module):

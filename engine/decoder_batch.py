@@ -1,7 +1,7 @@
 """The codec decoder's incremental step over a group of stream rows, graphed on CUDA.
 
 `BatchedDecoder` owns every stream's decoder context (one row per slot, plus a scratch row) and
-decodes a group of rows together: select their context, decode, write it back. On CUDA each
+decodes a group of rows together, reading and writing their contexts in place. On CUDA each
 (batch bucket, frame count) shape is one captured graph: a group is padded to its bucket with the
 scratch row, and a frame count not in `GRAPH_FRAMES` is cut into ones that are. The decoder is
 causal and carries its context, so any cut gives the samples of one whole decode. Resetting the
@@ -186,10 +186,7 @@ class BatchedDecoder:
         return {n: plan_rows(top, self.buckets, lambda b, n=n: replay_ms[(b, n)]) for n in GRAPH_FRAMES}
 
     def _decode_eager(self, rows: Tensor, codes: Tensor) -> Tensor:
-        part = self.state.select(rows)
-        audio = self.decoder.decode_step(codes, part)
-        self.state.assign(rows, part)
-        return audio.float()
+        return self.decoder.decode_step(codes, self.state, rows).float()
 
     def _decode_padded(self, rows: list[int], codes: Tensor) -> Tensor:
         k, n = len(rows), codes.shape[1]

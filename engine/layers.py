@@ -248,14 +248,14 @@ class MLP(nn.Module):
 
 
 class LayerScale(nn.Module):
-    """Per-channel residual-branch scale (the codec transformers)."""
+    """Per-channel residual-branch scale (the codec transformers): x + scale * branch, in one pass."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.scale = nn.Parameter(torch.full((dim,), 0.01))
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.scale * x
+    def forward(self, x: Tensor, branch: Tensor) -> Tensor:
+        return pointwise.scaled_add(x, self.scale, branch)
 
 
 class DecoderLayer(nn.Module):
