@@ -154,11 +154,6 @@ class StateRows:
 # --- dequantizer ------------------------------------------------------------------------------
 
 
-def _require_prepared(derived: Tensor, what: str) -> None:
-    if derived.numel() == 0:
-        raise RuntimeError(f"{what} has no derived weights yet: call CodecDecoder.prepare() after loading")
-
-
 class Codebook(nn.Module):
     def __init__(self, size: int, dim: int) -> None:
         super().__init__()
@@ -222,7 +217,10 @@ class Quantizer(nn.Module):
         self.folded = torch.cat(tables).to(self.rvq_first.output_proj.weight.dtype)
 
     def forward(self, codes: Tensor) -> Tensor:
-        _require_prepared(self.folded, "the quantizer")
+        if self.folded.numel() == 0:
+            raise RuntimeError(
+                "the quantizer's table is not folded: call CodecDecoder.prepare() after loading"
+            )
         return F.embedding(codes + self.offsets, self.folded).sum(dim=-2, dtype=self.folded.dtype)
 
 
@@ -283,7 +281,7 @@ def conv_input(
     if act is None:
         full = torch.cat([context, x], dim=1)
     else:
-        full = pointwise.snake_beta_after(context, x, act.freq, act.gain)
+        full = pointwise.snake_beta_after(context, x, act.alpha, act.beta)
     state.set_conv(slot, full[:, -context.shape[1] :])
     return full
 
@@ -334,25 +332,15 @@ class CausalTransConv(nn.Module):
 
 
 class SnakeBeta(nn.Module):
-    """x + sin²(x·e^alpha) / (e^beta + 1e-9), per channel (alpha and beta stored as logs), x time-major."""
+    """x + sin²(x·e^alpha) / e^beta, per channel (alpha and beta stored as logs), x time-major."""
 
     def __init__(self, channels: int) -> None:
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
-        self.register_buffer("freq", torch.zeros(0), persistent=False)
-        self.register_buffer("gain", torch.zeros(0), persistent=False)
-
-    @torch.no_grad()
-    def fold(self) -> None:
-        """e^alpha and 1 / (e^beta + 1e-9) in float32, once: per element they were two exps and a
-        reciprocal beside the sine, and the fused activation was bound by that arithmetic."""
-        self.freq = self.alpha.float().exp()
-        self.gain = 1.0 / (self.beta.float().exp() + 1e-9)
 
     def forward(self, x: Tensor, bias: Tensor | None = None) -> Tensor:
-        _require_prepared(self.freq, "SnakeBeta")
-        return pointwise.snake_beta(x, self.freq, self.gain, bias)
+        return pointwise.snake_beta(x, self.alpha, self.beta, bias)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -530,13 +518,11 @@ class CodecDecoder(nn.Module):
 
     def prepare(self) -> None:
         """Derive the inference forms of the loaded weights, in place, on their device: the
-        quantizer's folded table, SnakeBeta's per-channel factors, and channels-last conv weights,
-        as the activations are, so no conv converts its weight."""
+        quantizer's folded table, and channels-last conv weights, as the activations are, so no
+        conv converts its weight."""
         self.quantizer.fold()
         for m in self.modules():
-            if isinstance(m, SnakeBeta):
-                m.fold()
-            elif isinstance(m, nn.Conv1d | nn.ConvTranspose1d) and m.groups == 1:
+            if isinstance(m, nn.Conv1d | nn.ConvTranspose1d) and m.groups == 1:
                 m.weight.data = m.weight.data.mT.contiguous().mT
 
     def new_state(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> CodecDecoderState:

@@ -132,20 +132,20 @@ def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
 
 
 @fusable
-def snake_beta(x: Tensor, freq: Tensor, gain: Tensor, bias: Tensor | None = None) -> Tensor:
-    """The codec decoder's activation on time-major x [B, T, C]: x + gain·sin²(x·freq) per channel,
-    of x + `bias` [C] if given (the bias of the conv before it, added in the same pass), in x's
-    dtype. Eager it is five passes over the decoder's largest tensors; fused, one."""
+def snake_beta(x: Tensor, log_alpha: Tensor, log_beta: Tensor, bias: Tensor | None = None) -> Tensor:
+    """The codec decoder's activation on time-major x [B, T, C]: x + sin²(x·e^alpha) / e^beta per
+    channel, of x + `bias` [C] if given (the bias of the conv before it, added in the same pass).
+    Eager it is five passes over the decoder's largest tensors; fused, one."""
     if bias is not None:
         x = x + bias
-    return (x + gain * torch.sin(x * freq).pow(2)).to(x.dtype)
+    return x + (1.0 / (log_beta.exp() + 1e-9)) * torch.sin(x * log_alpha.exp()).pow(2)
 
 
 @fusable
-def snake_beta_after(context: Tensor, x: Tensor, freq: Tensor, gain: Tensor) -> Tensor:
+def snake_beta_after(context: Tensor, x: Tensor, log_alpha: Tensor, log_beta: Tensor) -> Tensor:
     """[context, snake_beta(x)] along time ([B, c, C] and [B, T, C]): the input of the causal conv
     after the activation, written in the same pass."""
-    return torch.cat([context, snake_beta(x, freq, gain)], dim=1)
+    return torch.cat([context, snake_beta(x, log_alpha, log_beta)], dim=1)
 
 
 @fusable
