@@ -126,6 +126,41 @@ def test_reset_gives_independent_streams(
     assert (torch.cat([a[1], b[1]]) - full[1, : 60 * SAMPLES]).abs().max() < 1e-5
 
 
+def test_decoding_some_rows_touches_only_those(
+    decoder: CodecDecoder, codes: torch.Tensor, full: torch.Tensor
+) -> None:
+    state = decoder.new_state(3, "cpu", torch.float32)
+    rows = torch.tensor([2, 0])
+    with torch.no_grad():
+        a = decoder.decode_step(codes[:, :30], state, rows)
+        b = decoder.decode_step(codes[:, 30:], state, rows)
+    assert (torch.cat([a, b], dim=1) - full).abs().max() < 1e-5
+    assert state.pos.tolist() == [FRAMES, 0, FRAMES]
+    for context in (*state.conv, *state.keys, *state.values):
+        assert not context[1].any()  # row 1 is never read or written
+        assert context[0].any() and context[2].any()
+
+
+def test_folded_quantizer_equals_the_published_sum(decoder: CodecDecoder, codes: torch.Tensor) -> None:
+    """Both residual groups: sum the group's codebook entries, project with its 1x1 conv, add."""
+    quantizer = decoder.quantizer
+    want = 0
+    for group, part in ((quantizer.rvq_first, codes[..., :1]), (quantizer.rvq_rest, codes[..., 1:])):
+        tables = [slot._codebook.table() for slot in group.vq.layers]
+        summed = sum(torch.nn.functional.embedding(part[..., k], t) for k, t in enumerate(tables))
+        want = want + summed @ group.output_proj.weight[..., 0].T
+    with torch.no_grad():
+        got = quantizer(codes)
+    assert got.shape == (*codes.shape[:2], decoder.cfg.codebook_dim)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_unprepared_decoder_says_so() -> None:
+    decoder = CodecDecoder(CodecDecoderConfig.from_dict(codec_decoder_config("tiny")))
+    with pytest.raises(RuntimeError, match=r"CodecDecoder.prepare\(\)"):
+        decoder(torch.zeros(1, 2, 16, dtype=torch.long))
+
+
 def _broken_copy(speech_dir: Path, folder: Path, edit: Callable[[dict[str, torch.Tensor]], None]) -> Path:
     folder.mkdir()
     (folder / "config.json").write_text((speech_dir / "config.json").read_text())
