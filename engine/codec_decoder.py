@@ -139,9 +139,8 @@ class StateRows:
 
     def window(self, layer: int) -> tuple[Tensor, Tensor]:
         """The carried keys and values of a transformer layer."""
-        return self.state.keys[layer].index_select(0, self.index), self.state.values[layer].index_select(
-            0, self.index
-        )
+        keys, values = self.state.keys[layer], self.state.values[layer]
+        return keys.index_select(0, self.index), values.index_select(0, self.index)
 
     def set_window(self, layer: int, keys: Tensor, values: Tensor) -> None:
         self.state.keys[layer].index_copy_(0, self.index, keys)

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from voicewire.engine.checkpoint import CheckpointError, load_into, read_json, read_safetensors, take_prefix
 from voicewire.engine.layers import LayerScale
-from voicewire.engine.pointwise import rotate
+from voicewire.engine.pointwise import rotate_pair
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        q, k = rotate_pair(q, k, cos, sin)
         groups = self.heads // self.kv_heads
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
