@@ -12,7 +12,8 @@ Codes are frame-major, `[B, T, 16]`, as the talker emits them and as `Qwen3TTSTo
 Activations are time-major, `[B, T, C]`, from the dequantizer to the last conv: convolutions run
 channels-last (cuDNN's fast bf16 kernels are NHWC, so channels-first tensors cost a transpose on
 each side of every conv), residual sums read contiguous tensors, and each SnakeBeta writes its
-conv's left context and its own output in one pass (`snake_beta_after`), instead of a `cat` after it.
+conv's left context and its own output in one pass (on CUDA a Triton kernel, `fused_snake`),
+instead of a `cat` after it.
 """
 
 from __future__ import annotations
@@ -277,10 +278,7 @@ def conv_input(
         return act(x, bias)
     assert bias is None
     context = state.conv(slot)
-    if act is None:
-        full = torch.cat([context, x], dim=1)
-    else:
-        full = pointwise.snake_beta_after(context, x, act.alpha, act.beta)
+    full = torch.cat([context, x], dim=1) if act is None else act(x, context=context)
     state.set_conv(slot, full[:, -context.shape[1] :])
     return full
 
@@ -338,8 +336,16 @@ class SnakeBeta(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
 
-    def forward(self, x: Tensor, bias: Tensor | None = None) -> Tensor:
-        return pointwise.snake_beta(x, self.alpha, self.beta, bias)
+    def forward(self, x: Tensor, bias: Tensor | None = None, context: Tensor | None = None) -> Tensor:
+        """act(x + bias) [B, T, C], after `context` [B, c, C] along time if given (a conv's input)."""
+        if pointwise.fusion_enabled() and x.is_cuda:
+            from voicewire.engine import fused_snake  # Triton, which CUDA builds of torch carry
+
+            return fused_snake.snake_beta(x, self.alpha, self.beta, bias, context)
+        if context is None:
+            return pointwise.snake_beta(x, self.alpha, self.beta, bias)
+        assert bias is None
+        return pointwise.snake_beta_after(context, x, self.alpha, self.beta)
 
 
 class ConvNeXtBlock(nn.Module):

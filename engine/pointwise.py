@@ -131,20 +131,18 @@ def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
     return F.silu(gate) * up
 
 
-@fusable
 def snake_beta(x: Tensor, log_alpha: Tensor, log_beta: Tensor, bias: Tensor | None = None) -> Tensor:
     """The codec decoder's activation on time-major x [B, T, C]: x + sin²(x·e^alpha) / e^beta per
-    channel, of x + `bias` [C] if given (the bias of the conv before it, added in the same pass).
-    Eager it is five passes over the decoder's largest tensors; fused, one."""
+    channel, of x + `bias` [C] if given (the bias of the conv before it). Eager it is five passes
+    over the decoder's largest tensors; with fusion on, `fused_snake` does it in one."""
     if bias is not None:
         x = x + bias
     return x + (1.0 / (log_beta.exp() + 1e-9)) * torch.sin(x * log_alpha.exp()).pow(2)
 
 
-@fusable
 def snake_beta_after(context: Tensor, x: Tensor, log_alpha: Tensor, log_beta: Tensor) -> Tensor:
     """[context, snake_beta(x)] along time ([B, c, C] and [B, T, C]): the input of the causal conv
-    after the activation, written in the same pass."""
+    after the activation."""
     return torch.cat([context, snake_beta(x, log_alpha, log_beta)], dim=1)
 
 

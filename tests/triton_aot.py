@@ -2,7 +2,7 @@
 
 The CPU tests run the kernels in Triton's interpreter, which checks their arithmetic but not that
 the GPU compiler takes them (types that differ between branches, unsupported ops). Here each
-wrapper (`fused_draw.draw`, `fused_layer.gemv`, `fused_layer.attend`) is called on CPU tensors of
+wrapper (`fused_draw.draw`, `fused_layer.gemv`, `fused_layer.attend`, `fused_snake.snake_beta`) is called on CPU tensors of
 the engine's shapes with its kernel swapped for a recorder, and each recorded launch is compiled
 ahead of time to a cubin, with the argument types and constants the wrapper passed.
 
@@ -93,9 +93,27 @@ def launches() -> list[tuple]:
     choose = pdl.launch_options
     pdl.launch_options = lambda device: {"PDL": True, "launch_pdl": True}
     try:
-        return found + _launches()
+        found += _launches()
     finally:
         pdl.launch_options = choose
+    return found + _snake_launches()
+
+
+def _snake_launches() -> list[tuple]:
+    """The codec decoder's activation (no PDL: it follows cuDNN's convs): bfloat16 with the fast
+    sine and float32 with the precise one, each after a context and with a pending bias, in the
+    large and the small tile."""
+    from voicewire.engine import fused_snake
+
+    found = []
+    for dtype in (torch.bfloat16, torch.float32):
+        params = torch.zeros(96, dtype=dtype)
+        for rows, t in ((64, 2000), (1, 8)):
+            x = torch.zeros(rows, t, 96, dtype=dtype)
+            call = (fused_snake, "_snake_kernel", fused_snake.snake_beta, x, params, params)
+            found += recorded(*call, None, torch.zeros(rows, 54, 96, dtype=dtype))
+            found += recorded(*call, params)
+    return found
 
 
 def _launches() -> list[tuple]:

@@ -139,14 +139,3 @@ def test_compiled_few_row_attention_equals_sdpa(fused: None) -> None:
         # Row 0 sees slot 0 alone: its value row, exactly weighted 1.
         torch.testing.assert_close(got[0, :2, 0], v[0, 0, 0].expand(2, d), rtol=1e-6, atol=1e-6)
     assert layers.few_row_attention.__wrapped__ in pointwise._compiled
-
-
-def test_compiled_snake_beta_with_a_pending_bias_equals_eager(fused: None) -> None:
-    gen = torch.Generator().manual_seed(10)
-    x = torch.randn(2, 7, 12, generator=gen)
-    log_alpha, log_beta, bias = (0.3 * torch.randn(12, generator=gen) for _ in range(3))
-    eager = pointwise.snake_beta.__wrapped__(x, log_alpha, log_beta, bias)
-    torch.testing.assert_close(
-        pointwise.snake_beta(x, log_alpha, log_beta, bias), eager, rtol=1e-6, atol=1e-6
-    )
-    torch.testing.assert_close(eager, pointwise.snake_beta.__wrapped__(x + bias, log_alpha, log_beta))

@@ -24,6 +24,17 @@ def test_every_launch_compiles_for_hopper() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     launches = [json.loads(line) for line in done.stdout.splitlines()]
+    # The activation: 2 dtypes x 2 tiles x (after a context, with a pending bias); the fast sine in
+    # bfloat16 only.
+    snakes = [d for d in launches if d["kernel"] == "_snake_kernel"]
+    assert len(snakes) == 8 and not any(d["launch_pdl"] for d in snakes)
+    assert {(d["FAST_SIN"], d["BLOCK_T"], d["CONTEXT"], d["HAS_BIAS"]) for d in snakes} == {
+        (fast, block_t, context, bias)
+        for fast in (True, False)
+        for block_t in (128, 16)
+        for context, bias in ((54, False), (0, True))
+    }
+    launches = [d for d in launches if d["kernel"] != "_snake_kernel"]
     kernels = [launch["kernel"] for launch in launches]
     # Each set twice, launched one after another and with programmatic dependent launch. Draw:
     # 3 vocabularies x (with an embedding table, with masks); gemv: 2 dtypes x 2 row counts x 3
