@@ -2,19 +2,19 @@
 
 A decoder pass runs 29 activations over its largest tensors ([B, T, C] with T up to 1920 per
 frame), each maybe after the previous conv's bias and before its own conv's carried context.
-Compiled by inductor for dynamic shapes, each was one kernel, but a slow one: at 64 rows x 8 frames
-on an H100 the activations took 3.7 of a 14.0 ms pass, at 0.5-1.0 TB/s. Inductor's kernel takes
-e^alpha and 1/e^beta for every element, finds an element's row and time by 64-bit division by
-runtime sizes where it writes the context too, and takes libdevice's precise sine (about a hundred
+Compiled by inductor for dynamic shapes, each was one kernel, at 1.3-1.7 TB/s on an H100: it takes
+e^alpha and 1/e^beta for every element, finds an element's row and time by division by runtime
+sizes where it writes the context too, and takes libdevice's precise sine (about a hundred
 instructions, with a slow path for large arguments).
 
 Here a program owns a (time, channel) tile of one row: it takes the per-channel factors once for
 its channels and reads its addresses from the grid, with the channel count a compile-time
 constant. In half precision it takes the GPU's fast sine (`sin.approx`, libdevice's `fast_sinf`),
 whose error is far below the one rounding to bfloat16 at the store; float32 keeps the precise one.
-Measured on an H100 at 64 x 15360 x 96: 2.8 TB/s, against 1.9 with the precise sine and 0.5 for
-inductor's kernel (docs/benchmarks.md, "The activation kernel"). The math is `pointwise.snake_beta`'s,
-in float32.
+The 29 activations of a pass of 64 rows x 8 frames on an H100: 3.69 ms as inductor compiled them,
+2.90 here with the precise sine, 2.17 with the fast one (2.3-2.8 TB/s; `python
+scripts/bench_fused_layer.py snake`, docs/benchmarks.md, "The activation kernel"). The math is
+`pointwise.snake_beta`'s, in float32.
 """
 
 from __future__ import annotations
@@ -91,11 +91,17 @@ def _channel_block(channels: int) -> int:
 
 
 def snake_beta(
-    x: Tensor, log_alpha: Tensor, log_beta: Tensor, bias: Tensor | None = None, context: Tensor | None = None
+    x: Tensor,
+    log_alpha: Tensor,
+    log_beta: Tensor,
+    bias: Tensor | None = None,
+    context: Tensor | None = None,
+    fast_sine: bool | None = None,
 ) -> Tensor:
     """`pointwise.snake_beta` of x [B, T, C] (+ bias [C]), after `context` [B, c, C] along time if
     given (`pointwise.snake_beta_after`): a new contiguous [B, c + T, C]. x and context need a
-    contiguous channel dim; their rows and times may be strided."""
+    contiguous channel dim; their rows and times may be strided. `fast_sine`: None takes the fast
+    sine in half precision and the precise one in float32 (a benchmark compares both)."""
     b, t, c = x.shape
     if x.stride(2) != 1 or (context is not None and context.stride(2) != 1):
         raise ValueError("snake_beta needs x and context with a contiguous channel dim")
@@ -130,7 +136,7 @@ def snake_beta(
         HAS_BIAS=bias is not None,
         BLOCK_T=block_t,
         BLOCK_C=block_c,
-        FAST_SIN=x.dtype != torch.float32 and not _interpreted(),
+        FAST_SIN=(x.dtype != torch.float32 if fast_sine is None else fast_sine) and not _interpreted(),
         num_warps=4,
     )
     return out

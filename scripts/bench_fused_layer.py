@@ -1,5 +1,6 @@
-"""engine/fused_layer.py against the unfused layer on a GPU, at 0.6B shapes in bfloat16, each
-figure a CUDA graph of the work replayed (CUDA only; docs/benchmarks.md, "The fused layer").
+"""The engine's Triton kernels against what they replace on a GPU, at 0.6B shapes in bfloat16, each
+figure a CUDA graph of the work replayed (CUDA only; docs/benchmarks.md, "The fused layer" and
+"The activation kernel").
 
   stack      a code-predictor frame (its 5 layers run 15 times: 2 positions, then 14 x 1) and a
              talker step (28 layers, span 128) per batch, fused (with and without programmatic
@@ -9,6 +10,10 @@ figure a CUDA graph of the work replayed (CUDA only; docs/benchmarks.md, "The fu
   draw       engine/fused_draw.py's draw + embedding row against `sampling.sample` + an embedding
              lookup, per batch, for the code predictor's 15 draws of a frame (checkpoint sampling
              settings: top-k 50, temperature 0.9), and whether they drew the same ids
+  snake      engine/fused_snake.py's activation against inductor's compiled `pointwise.snake_beta`
+             (as fused kernels ran it before) and with the precise sine, for each of the 29
+             activations of a codec decoder pass at 1, 64 and 128 rows x 8 frames: ms, GB/s and
+             the largest difference from float32 math
 
 Usage: python scripts/bench_fused_layer.py MODE [--out FILE.json]
 """
@@ -28,7 +33,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from voicewire.engine import fused_draw, fused_layer, pdl, pointwise
+from voicewire.engine import codec_decoder, fused_draw, fused_layer, fused_snake, pdl, pointwise, tiny
 from voicewire.engine.layers import (
     DecoderConfig,
     DecoderStack,
@@ -283,18 +288,104 @@ def bench_draw() -> list[dict]:
     return rows
 
 
+def decoder_activations(rows: int, frames: int) -> list[tuple[tuple[int, int, int], int, bool]]:
+    """(x's shape, context frames, whether a bias is pending) of each SnakeBeta call of one
+    decoder pass over `rows` fresh streams and `frames` frames (0.6B's codec decoder)."""
+    cfg = codec_decoder.CodecDecoderConfig.from_dict(tiny.codec_decoder_config("0.6b"))
+    decoder = codec_decoder.CodecDecoder(cfg)
+    codec_decoder.random_init_(decoder, torch.Generator().manual_seed(0))
+    decoder = decoder.to(DEVICE, DTYPE).eval()
+    decoder.prepare()
+    calls = []
+    forward = codec_decoder.SnakeBeta.forward
+
+    def record(act, x, bias=None, context=None):  # type: ignore[no-untyped-def]
+        calls.append((tuple(x.shape), context.shape[1] if context is not None else 0, bias is not None))
+        return forward(act, x, bias, context)
+
+    codec_decoder.SnakeBeta.forward = record
+    try:
+        codes = torch.randint(0, cfg.codebook_size, (rows, frames, cfg.num_quantizers), device=DEVICE)
+        decoder.decode_step(codes, decoder.new_state(rows, DEVICE, DTYPE))
+    finally:
+        codec_decoder.SnakeBeta.forward = forward
+    return calls
+
+
+def bench_snake() -> list[dict]:
+    inductor = torch.compile(pointwise.snake_beta, dynamic=True)
+    inductor_after = torch.compile(pointwise.snake_beta_after, dynamic=True)
+    gen, rows = torch.Generator(device=DEVICE).manual_seed(0), []
+    for b in (1, 64, 128):
+        totals = {"fused_ms": 0.0, "precise_sine_ms": 0.0, "inductor_ms": 0.0}
+        for (_, t, c), context, pending in decoder_activations(b, 8):
+            x = torch.randn(b, t, c, device=DEVICE, dtype=DTYPE, generator=gen)
+            # Parameters, as the decoder passes them: inductor takes their sizes (C) as constants.
+            alpha, beta, bias = (
+                torch.nn.Parameter(p, requires_grad=False)
+                for p in (0.5 * torch.randn(3, c, device=DEVICE, generator=gen)).to(DTYPE)
+            )
+            bias = bias if pending else None
+            carried = (
+                torch.randn(b, context, c, device=DEVICE, dtype=DTYPE, generator=gen) if context else None
+            )
+            want = pointwise.snake_beta(
+                x.float(), alpha.float(), beta.float(), None if bias is None else bias.float()
+            )
+            if carried is not None:
+                want = torch.cat([carried.float(), want], dim=1)
+            runs = {
+                "fused": functools.partial(fused_snake.snake_beta, x, alpha, beta, bias, carried),
+                "precise_sine": functools.partial(
+                    fused_snake.snake_beta, x, alpha, beta, bias, carried, False
+                ),
+                "inductor": (
+                    functools.partial(inductor, x, alpha, beta, bias)
+                    if carried is None
+                    else functools.partial(inductor_after, carried, x, alpha, beta)
+                ),
+            }
+            moved = (x.numel() + want.numel()) * x.element_size()
+            row: dict[str, object] = {
+                "batch": b,
+                "frames": 8,
+                "channels": c,
+                "time": t,
+                "context": context,
+                "bias": pending,
+            }
+            for name, call in runs.items():
+                ms = graph_ms(call)
+                totals[f"{name}_ms"] += ms
+                row[f"{name}_ms"] = round(ms, 4)
+                row[f"{name}_GBps"] = round(moved / ms / 1e6)
+                row[f"{name}_max_error"] = (call().float() - want).abs().max().item()
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        total = {"batch": b, "frames": 8, "activations": "all"} | {k: round(v, 3) for k, v in totals.items()}
+        print(json.dumps(total), flush=True)
+        rows.append(total)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["stack", "attention", "gemv", "draw"])
+    parser.add_argument("mode", choices=["stack", "attention", "gemv", "draw", "snake"])
     parser.add_argument("--out", type=Path, help="write the rows here as JSON")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_fused_layer needs a CUDA GPU")
     pointwise.enable_fusion()
     with torch.inference_mode():
-        modes = {"stack": bench_stack, "attention": bench_attention, "gemv": bench_gemv, "draw": bench_draw}
+        modes = {
+            "stack": bench_stack,
+            "attention": bench_attention,
+            "gemv": bench_gemv,
+            "draw": bench_draw,
+            "snake": bench_snake,
+        }
         rows = modes[args.mode]()
     report = {"device": torch.cuda.get_device_name(DEVICE), "mode": args.mode, "rows": rows}
     if args.out:
