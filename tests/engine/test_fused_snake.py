@@ -19,7 +19,11 @@ def _params(channels: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 def _reference(
-    x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, bias: torch.Tensor | None, context
+    x: torch.Tensor,
+    log_alpha: torch.Tensor,
+    log_beta: torch.Tensor,
+    bias: torch.Tensor | None,
+    context: torch.Tensor | None,
 ) -> torch.Tensor:
     """The eager activation in float32, after the context."""
     f = [t.float() if t is not None else None for t in (x, log_alpha, log_beta, bias)]
