@@ -39,7 +39,9 @@ class UrgentChunks:
     of listeners with less than `in_hand_s` of audio in hand (new streams' above all) first; off
     while `in_hand_s` is 0. With `bulk_rows`, it then takes at most that many of the other chunks
     (those with the least in hand first) and leaves the rest due for the rounds after, so a round
-    is short and the urgent chunks that arrive during it do not wait long for the next."""
+    is short and the urgent chunks that arrive during it do not wait long for the next. Among the
+    others, the last chunks of streams whose talker has ended go first: a session ends with them,
+    and its client (a turn-taking agent, or the next request) waits for that end."""
 
     in_hand_s: float = 0.0
     bulk_rows: int = 0  # 0: a round takes every due chunk

@@ -63,6 +63,7 @@ class _Decoding:
     chunk_index: int = 0
     offset: int = 0  # samples delivered
     text_end: int = 0
+    closed_at: float | None = None  # time.monotonic() when its close mark came (its last frame)
     # A listener of the chunks as they are delivered: what it has in hand (urgent chunks) and the gaps
     # it would hear (the player_gap metric).
     player: SimulatedPlayer = field(default_factory=SimulatedPlayer)
@@ -198,8 +199,11 @@ class DecoderStage:
                     decoding.queue.append(_Frame(codes[i], entry))
         elif kind == "mark":
             stream, mark = args
-            if stream.id in self._streams:
-                self._streams[stream.id].queue.append(mark)
+            decoding = self._streams.get(stream.id)
+            if decoding is not None:
+                decoding.queue.append(mark)
+                if mark.close is not None:
+                    decoding.closed_at = time.monotonic()
         elif kind == "drop":
             stream, (reason, frames, end_step, error) = args
             decoding = self._streams.pop(stream.id, None)
@@ -224,22 +228,26 @@ class DecoderStage:
         self._reset_fresh()
         now = time.monotonic()
         urgent: list[tuple[_Decoding, int]] = []
-        bulk: list[tuple[float, _Decoding, int]] = []  # (audio in hand, ...): listeners not short of audio
+        bulk: list[
+            tuple[bool, float, _Decoding, int]
+        ] = []  # listeners not short of audio: (open, in hand, ...)
         marked = []
         for decoding in list(self._streams.values()):
             n = decoding.due()
             if n:
                 in_hand = decoding.player.buffered_s(now)
                 if 0 < self.urgent.in_hand_s <= in_hand:
-                    bulk.append((in_hand, decoding, n))
+                    # A stream whose talker has ended goes first among these: its session ends
+                    # with its last chunk (and its client waits for that), however much is in hand.
+                    bulk.append((decoding.closed_at is None, in_hand, decoding, n))
                 else:
                     urgent.append((decoding, n))
             elif decoding.queue and isinstance(decoding.queue[0], _Mark):
                 marked.append(decoding)
         if 0 < self.urgent.bulk_rows < len(bulk):  # the rest stay due, for the rounds after
-            bulk = sorted(bulk, key=lambda item: item[0])[: self.urgent.bulk_rows]
+            bulk = sorted(bulk, key=lambda item: item[:2])[: self.urgent.bulk_rows]
         self._decode([self._take(decoding, n) for decoding, n in urgent])
-        self._decode([self._take(decoding, n) for _, decoding, n in bulk])
+        self._decode([self._take(decoding, n) for _, _, decoding, n in bulk])
         for decoding in marked:
             self._deliver_mark(decoding)
         return bool(urgent or bulk or marked)
@@ -334,6 +342,8 @@ class DecoderStage:
         if mark.close is None:
             return
         reason, frames, end_step = mark.close
+        if decoding.closed_at is not None:
+            self.metrics.final_chunk.observe(time.monotonic() - decoding.closed_at)
         self._streams.pop(decoding.stream.id)
         heapq.heappush(self._free, decoding.row)
         decoding.stream.finish(

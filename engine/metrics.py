@@ -61,6 +61,12 @@ class EngineMetrics:
             "From a stream's first text reaching the engine to its first audio chunk",
             SECONDS,
         )
+        self.final_chunk = self._histogram(
+            "final_chunk_seconds",
+            "From a stream's last frame of codes reaching the decoder to its final chunk (a session "
+            "ends, and its client may move on, only then)",
+            SECONDS,
+        )
         self.gc_pause = self._histogram(
             "gc_pause_seconds",
             "Python garbage collections in the engine's process: every thread waits while one runs",
@@ -102,6 +108,7 @@ class EngineMetrics:
 ENGINE_HISTOGRAMS = {
     "first_frame_ms": "voicewire_engine_first_frame_seconds",
     "first_chunk_ms": "voicewire_engine_first_chunk_seconds",
+    "final_chunk_ms": "voicewire_engine_final_chunk_seconds",
     "step_ms": "voicewire_engine_step_seconds",
     "decode_ms": "voicewire_engine_decode_seconds",
     "prefill_launch_ms": "voicewire_engine_prefill_launch_seconds",

@@ -45,7 +45,7 @@ def create_app(
     """An app serving `engine`. The caller owns the engine, unless `close_engine`: then the app closes
     it when it shuts down (`voicewire serve`)."""
     config = config or ServerConfig()
-    executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="voicewire-codec")
+    executor = ThreadPoolExecutor(max_workers=config.codec_thread_count, thread_name_prefix="voicewire-codec")
     metrics = Metrics(engine.metrics.registry if isinstance(engine, Engine) else None)
     speech, voices = speech_endpoints(engine, metrics)
     auth = Auth(config)

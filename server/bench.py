@@ -11,6 +11,8 @@ text at an LLM-like pace (or all at once), Opus back; measured at the client:
   first 0.4 s of audio; spread over the streams' sessions, so with K > 1 every stream stays open;
 - aggregate audio seconds per wall second, and when sessions ended after the level's start (all
   of them, and the last of each client process), which shows a tail the medians hide;
+- each session's setup (connect to `ready`), the client's share of the gap between back-to-back
+  sessions, and each client process's CPU share, which says whether the client limited the level;
 - with `sessions_per_stream` K > 1, each of the N streams runs K sessions back to back, so N stay
   open at all times (a closed-loop load): the ramp at the level's start and the tail at its end
   then weigh 1/K as much in the aggregate, as under a server's steady traffic;
@@ -104,6 +106,7 @@ class Load:
 class _Run:
     stream: int = 0  # the stream index (concurrency slot) that ran this session
     probe: bool = False  # cancelled on purpose after its first 0.4 s (cancel latency)
+    setup_s: float | None = None  # from connecting to `ready`: in a closed loop, the gap between sessions
     first_audio_s: float | None = None
     arrivals: list[tuple[float, float]] = field(default_factory=list)  # (time, audio seconds)
     done_s: float | None = None
@@ -120,6 +123,7 @@ class LevelRuns:
     wall_s: float  # from the common start to the last session's end
     client_processes: int
     started_at: float  # time.time() at the common start
+    client_cpu_s: list[float] = field(default_factory=list)  # each spawned client process's CPU time
 
 
 def default_client_processes(streams: int) -> int:
@@ -211,12 +215,14 @@ def start_message(load: Load, seed: int) -> dict:
 async def _session(load: Load, index: int, seed: int, cancel: bool) -> _Run:
     run = _Run(stream=index, probe=cancel)
     rate = load.rate
+    connecting = time.perf_counter()
     async with connect(f"{load.url}/v1/stream", subprotocols=["voicewire.v1.msgpack"], max_size=2**22) as ws:
         await ws.send(msgpack.packb(start_message(load, seed)))
         ready = msgpack.unpackb(await ws.recv())
         if ready["type"] != "ready":
             raise RuntimeError(f"session {index}: {ready}")
         rate_hz = ready["sample_rate"]
+        run.setup_s = time.perf_counter() - connecting
         words = TEXT.split(" ")
         pieces = [w + " " for w in words[:-1]] + [words[-1]] if rate > 0 else [TEXT]
         began = time.perf_counter()
@@ -274,13 +280,14 @@ async def _sessions(load: Load, indices: list[int]) -> list[_Run]:
 
 def _client_process(pipe: Connection, load: Load, indices: list[int]) -> None:
     """A spawned client: says it is ready, waits for the common start time, runs its sessions and
-    sends back ("done", (runs, end time)) or ("error", traceback)."""
+    sends back ("done", (runs, end time, CPU seconds)) or ("error", traceback)."""
     try:
         pipe.send(("ready", None))
         start_at = pipe.recv()
         time.sleep(max(0.0, start_at - time.time()))
+        cpu = time.process_time()
         runs = asyncio.run(_sessions(load, indices))
-        pipe.send(("done", (runs, time.time())))
+        pipe.send(("done", (runs, time.time(), time.process_time() - cpu)))
     except BaseException:
         pipe.send(("error", traceback.format_exc()))
     finally:
@@ -345,8 +352,9 @@ def _run_in_processes(load: Load, streams: int, processes: int) -> LevelRuns:
             process.join()
         for pipe in pipes:
             pipe.close()
-    runs = sorted((run for share_runs, _ in results for run in share_runs), key=lambda run: run.stream)
-    return LevelRuns(runs, max(end for _, end in results) - start_at, processes, start_at)
+    runs = sorted((run for share_runs, _, _ in results for run in share_runs), key=lambda run: run.stream)
+    wall = max(end for _, end, _ in results) - start_at
+    return LevelRuns(runs, wall, processes, start_at, [cpu for _, _, cpu in results])
 
 
 async def run_level(load: Load, streams: int, processes: int = 1) -> LevelRuns:
@@ -390,6 +398,7 @@ def level_report(
         "frames_per_stream": frames,
         "text_rate_words_per_s": rate,
         "first_audio_ms": _percentiles([r.first_audio_s * 1000 for r in runs if r.first_audio_s is not None]),
+        "session_setup_ms": _percentiles([r.setup_s * 1000 for r in runs if r.setup_s is not None]),
         "speed_x_realtime": _percentiles([r.audio_s / r.done_s for r in full if r.done_s], low=True),
         "underruns": {
             "streams_with_underruns": sum(1 for u in underruns if u.count),
@@ -406,6 +415,9 @@ def level_report(
         # Streams go round-robin: process k ran stream indices k, k + P, ...
         "client_process_end_s": [round(end, 3) for end in last_end],
         "client_processes": processes,
+        # A spawned client process's CPU time over the level's wall time: near 1.0, the client (one
+        # Python thread) and not the server may be what limits the level. Empty when run in process.
+        "client_cpu_share": [round(cpu / wall, 3) for cpu in level.client_cpu_s] if wall > 0 else [],
         "sessions_per_server_process": server_processes or [],
         "engine": engine or {},
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,13 @@ class ServerConfig:
     # Processes serving sockets and encoding audio, all on one engine process. Above 1, the
     # session limits above hold per worker, and token_secret is shared (made up if unset).
     workers: int = 1
+    # Threads per worker encoding audio (Opus, resampling) off its event loop. None: the CPUs
+    # shared among the workers. More threads than that only fight the event loop for the GIL.
+    codec_threads: int | None = None
+
+    @property
+    def codec_thread_count(self) -> int:
+        return self.codec_threads or max(1, (os.cpu_count() or 2) // self.workers)
 
     def __post_init__(self) -> None:
         for f in fields(self):

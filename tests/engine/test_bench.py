@@ -77,6 +77,7 @@ def test_the_report_says_what_the_engine_did(tiny_models) -> None:
         assert activity["prefill_streams"]["total"] == 4
         assert activity["decode_streams"]["count"] >= 4 and activity["decode_streams"]["total"] >= 4
         assert activity["first_chunk_ms"]["count"] == 4
+        assert activity["final_chunk_ms"]["count"] == 4  # one final chunk a session
         for key in ("step_ms", "prefill_launch_ms", "decode_ms"):
             assert activity[key]["total"] > 0 and activity[key]["p50"] <= activity[key]["p95"]
 

@@ -184,3 +184,36 @@ def test_bulk_rows_leave_the_chunks_with_most_in_hand_for_the_next_round(
     stage.process()
     assert calls == [["c"], ["b"], ["d"], ["a"]]
     assert [s.delivered_samples // SAMPLES_PER_FRAME for s in (a, b, c, d)] == [5, 4, 1, 1]
+
+
+@pytest.mark.parametrize("ended", [False, True])
+def test_among_listeners_with_audio_in_hand_an_ended_stream_goes_first(
+    tiny_models, monkeypatch: pytest.MonkeyPatch, ended: bool
+) -> None:
+    """a has 0.32 s in hand, b 0.24 s; one bulk row a round. b, with less, goes first, unless a's
+    talker has ended: its session ends with this chunk (and its client waits for that end)."""
+    monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: 100.0))
+    model = tiny_models["custom_voice"]
+    stage = DecoderStage(
+        model.decoder, slots=4, chunks=ChunkSchedule(1, (2, 1)), urgent=UrgentChunks(0.2, bulk_rows=1)
+    )
+    voice = model.voice(speaker="vivian")
+    a, b = (Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2))
+    codes = np.arange(16, dtype=np.int64)[None] * 7
+    fed = [TrackEntry(5, ())]
+    for s in (a, b):
+        stage.open(s, None)
+    for streams in ([a, b], [a, b], [a, b], [a]):  # chunks of 1 and 2 frames, then a's of 1
+        stage.frames(streams, np.concatenate([codes] * len(streams)), fed * len(streams))
+        stage.process()
+    calls: list[list[str]] = []
+    decode = stage.batch.decode
+    names = {stage._streams[s.id].row: name for name, s in zip("ab", (a, b), strict=True)}
+    stage.batch.decode = lambda rows, frames: calls.append([names[r] for r in rows]) or decode(rows, frames)
+    stage.frames([a, b], np.concatenate([codes, codes]), fed * 2)
+    if ended:
+        stage.close(a, "end", 5, 5)
+    stage.process()
+    assert calls == ([["a"], ["b"]] if ended else [["b"], ["a"]])
+    final = stage.metrics.registry.get_sample_value("voicewire_engine_final_chunk_seconds_count")
+    assert final == ended and (a.result is not None) == ended

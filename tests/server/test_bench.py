@@ -36,6 +36,8 @@ REPORT_KEYS = {
     "session_end_s",
     "client_process_end_s",
     "client_processes",
+    "client_cpu_share",
+    "session_setup_ms",
     "sessions_per_server_process",
     "engine",
 }
@@ -91,6 +93,8 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
     for level in report["levels"]:
         assert set(level) == REPORT_KEYS and level["sessions_per_stream"] == 1
         assert level["client_processes"] == 1  # the automatic choice for small levels: in process
+        assert level["client_cpu_share"] == []  # in process: its CPU is the server's too
+        assert 0 < level["session_setup_ms"]["p50"] <= level["session_setup_ms"]["max"]
         assert set(level["first_audio_ms"]) == {"p50", "p95", "p99", "max"}
         assert level["first_audio_ms"]["p50"] > 0 and level["aggregate_audio_s_per_s"] > 0
         speed = level["speed_x_realtime"]  # the slow tail: less is worse
@@ -119,6 +123,12 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         assert set(engine) == set(ENGINE_HISTOGRAMS)
         assert engine["first_frame_ms"]["count"] == engine["first_chunk_ms"]["count"] == level["streams"]
         assert 0 < engine["first_frame_ms"]["p50"] <= engine["first_chunk_ms"]["p95"]
+        # One final chunk a session that ran to its end (a cancel may come after it)
+        assert (
+            level["streams"] - level["cancelled_sessions"]
+            <= engine["final_chunk_ms"]["count"]
+            <= level["streams"]
+        )
         assert engine["step_ms"]["count"] >= 14 and engine["step_streams"]["p95"] <= level["streams"]
         # Host time between consecutive steps: less in all than the level's wall time.
         gap = engine["step_gap_ms"]
@@ -178,6 +188,12 @@ def test_a_level_spread_over_client_processes(server: RunningServer) -> None:
     assert report["aggregate_audio_s_per_s"] == pytest.approx(total_audio / level.wall_s, rel=1e-3)
     assert report["cancel_ms"]["p50"] > 0 and report["first_audio_ms"]["p50"] > 0
     assert report["cancelled_sessions"] == 3
+    # Each spawned process's CPU time over the level: it did some work, and one thread's worth at most.
+    assert len(level.client_cpu_s) == 2 and all(cpu > 0 for cpu in level.client_cpu_s)
+    assert all(0 < share <= 1.05 for share in report["client_cpu_share"])
+    assert all(
+        run.setup_s is not None and 0 < run.setup_s < run.ended_at - level.started_at for run in level.runs
+    )
     assert json.loads(json.dumps(report)) == report
 
 

@@ -299,3 +299,13 @@ def test_a_server_whose_engine_dies_stops(tiny_checkpoints, tmp_path: Path, work
 def test_workers_must_be_positive(workers: int) -> None:
     with pytest.raises(ValueError, match="workers must be > 0"):
         ServerConfig(workers=workers)
+
+
+def test_workers_share_the_cpus_among_their_codec_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert ServerConfig().codec_thread_count == 16
+    assert ServerConfig(workers=4).codec_thread_count == 4
+    assert ServerConfig(workers=32).codec_thread_count == 1
+    assert ServerConfig(workers=4, codec_threads=6).codec_thread_count == 6
+    with pytest.raises(ValueError, match="codec_threads must be > 0"):
+        ServerConfig(codec_threads=0)
