@@ -228,9 +228,8 @@ class DecoderStage:
         self._reset_fresh()
         now = time.monotonic()
         urgent: list[tuple[_Decoding, int]] = []
-        bulk: list[
-            tuple[bool, float, _Decoding, int]
-        ] = []  # listeners not short of audio: (open, in hand, ...)
+        # Listeners not short of audio: (talker still running, audio in hand, ...).
+        bulk: list[tuple[bool, float, _Decoding, int]] = []
         marked = []
         for decoding in list(self._streams.values()):
             n = decoding.due()
