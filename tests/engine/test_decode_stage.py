@@ -142,31 +142,41 @@ def test_without_urgent_chunks_every_due_chunk_shares_the_round_s_passes(
     assert calls == [(["a", "b"], 1)]
 
 
-def test_bulk_rows_leave_the_chunks_with_most_in_hand_for_the_next_round(
-    tiny_models, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With one bulk row a round: c (nothing in hand) first, then b (0.24 s in hand) before a (0.32 s).
-    d's first frame, which arrives during the first pass, goes in the next round, before a."""
+def _listeners_in_hand(model, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """On a clock that stands still, with one bulk row a round (`in_hand_s` 0.2): a has 0.32 s in
+    hand and b 0.24 s. Returns the stage, a, b, a maker of further streams (by id) and
+    `feed(streams)`, which gives each stream one frame."""
     monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: 100.0))
-    model = tiny_models["custom_voice"]
     stage = DecoderStage(
         model.decoder, slots=4, chunks=ChunkSchedule(1, (2, 1)), urgent=UrgentChunks(0.2, bulk_rows=1)
     )
     voice = model.voice(speaker="vivian")
-    a, b, c, d = (Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2, 3, 4))
-    codes = np.arange(16, dtype=np.int64)[None] * 7
-    fed = [TrackEntry(5, ())]
-    for s in (a, b):
-        stage.open(s, None)
+
+    def stream(i: int) -> Stream:
+        return Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None)
 
     def feed(streams: list[Stream]) -> None:
-        stage.frames(streams, np.concatenate([codes] * len(streams)), fed * len(streams))
+        codes = np.arange(16, dtype=np.int64)[None] * 7
+        stage.frames(streams, np.concatenate([codes] * len(streams)), [TrackEntry(5, ())] * len(streams))
 
+    a, b = stream(1), stream(2)
+    for s in (a, b):
+        stage.open(s, None)
     for batches in ([[a, b]], [[a, b], [a, b]], [[a]]):  # a: chunks of 1, 2, 1 frames; b: 1, 2
         for streams in batches:
             feed(streams)
         stage.process()
     assert (a.delivered_samples, b.delivered_samples) == (4 * SAMPLES_PER_FRAME, 3 * SAMPLES_PER_FRAME)
+    return stage, a, b, stream, feed
+
+
+def test_bulk_rows_leave_the_chunks_with_most_in_hand_for_the_next_round(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one bulk row a round: c (nothing in hand) first, then b (0.24 s in hand) before a (0.32 s).
+    d's first frame, which arrives during the first pass, goes in the next round, before a."""
+    stage, a, b, stream, feed = _listeners_in_hand(tiny_models["custom_voice"], monkeypatch)
+    c, d = stream(3), stream(4)
     calls: list[list[str]] = []
     decode = stage.batch.decode
     names = {stage._streams[s.id].row: name for name, s in zip("ab", (a, b), strict=True)}
@@ -174,7 +184,7 @@ def test_bulk_rows_leave_the_chunks_with_most_in_hand_for_the_next_round(
     def decoding(rows, frames):
         if not calls:
             stage.open(d, None)
-            stage.frames([d], codes, fed)
+            feed([d])
         calls.append([names.get(r, "c" if len(calls) == 0 else "d") for r in rows])
         return decode(rows, frames)
 
@@ -192,25 +202,12 @@ def test_among_listeners_with_audio_in_hand_an_ended_stream_goes_first(
 ) -> None:
     """a has 0.32 s in hand, b 0.24 s; one bulk row a round. b, with less, goes first, unless a's
     talker has ended: its session ends with this chunk (and its client waits for that end)."""
-    monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: 100.0))
-    model = tiny_models["custom_voice"]
-    stage = DecoderStage(
-        model.decoder, slots=4, chunks=ChunkSchedule(1, (2, 1)), urgent=UrgentChunks(0.2, bulk_rows=1)
-    )
-    voice = model.voice(speaker="vivian")
-    a, b = (Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2))
-    codes = np.arange(16, dtype=np.int64)[None] * 7
-    fed = [TrackEntry(5, ())]
-    for s in (a, b):
-        stage.open(s, None)
-    for streams in ([a, b], [a, b], [a, b], [a]):  # chunks of 1 and 2 frames, then a's of 1
-        stage.frames(streams, np.concatenate([codes] * len(streams)), fed * len(streams))
-        stage.process()
+    stage, a, b, _, feed = _listeners_in_hand(tiny_models["custom_voice"], monkeypatch)
     calls: list[list[str]] = []
     decode = stage.batch.decode
     names = {stage._streams[s.id].row: name for name, s in zip("ab", (a, b), strict=True)}
     stage.batch.decode = lambda rows, frames: calls.append([names[r] for r in rows]) or decode(rows, frames)
-    stage.frames([a, b], np.concatenate([codes, codes]), fed * 2)
+    feed([a, b])
     if ended:
         stage.close(a, "end", 5, 5)
     stage.process()
