@@ -31,11 +31,6 @@ if TYPE_CHECKING:
 
 MAX_ROWS = 2  # batch rows x new positions the fused layer takes; from 4 on cuBLAS's GEMMs win (H100)
 GEMV_ROWS = 8  # rows one GEMV program holds in registers
-# Batches the fused attention serves in the unfused layer. Alone it is 1.3-4.6x faster at every
-# batch size, and it made 64- and 256-row steps 30% and 22% faster; but at 256-512 streams the
-# service's decoder calls shrink in some runs whatever the build, and one A/B with it at every batch
-# had more gaps (docs/benchmarks.md, "The fused layer"). Larger batches wait for a repeated A/B.
-MAX_ATTEND_BATCH = 8
 MAX_QUERY_ROWS = 16  # query rows per key head (groups x new positions) the attention kernel tiles
 
 
@@ -275,7 +270,10 @@ def _attention_kernel(
     best = tl.full([BLOCK_R], float("-inf"), tl.float32)
     total = tl.zeros([BLOCK_R], tl.float32)
     acc = tl.zeros([BLOCK_R, D], tl.float32)
-    for l0 in range(0, SPAN, BLOCK_L):
+    # Blocks past the furthest of this row's positions are all masked: not read. A batch's rows are
+    # at different points of their sequences, and the span only bounds the furthest of them all.
+    end = tl.minimum(tl.max(q_pos, axis=0) + 1, SPAN)
+    for l0 in range(0, end, BLOCK_L):
         slots = l0 + tl.arange(0, BLOCK_L)
         in_span = slots < SPAN
         keys = tl.load(
@@ -366,13 +364,12 @@ def attend(
 
 
 def attends(x: Tensor, cfg: DecoderConfig) -> bool:
-    """Whether `attend` takes a step of x [B, T, H]: on CUDA, at most MAX_ATTEND_BATCH rows and
-    MAX_QUERY_ROWS query rows per key head, and a head size its tiles take (a power of two, 16 or
-    more)."""
+    """Whether `attend` takes a step of x [B, T, H]: on CUDA, at most MAX_QUERY_ROWS query rows per
+    key head, and a head size its tiles take (a power of two, 16 or more). Any batch: each row reads
+    only the keys up to its own position, where the unfused attention reads the whole span."""
     d = cfg.head_dim
     return (
         x.is_cuda
-        and x.shape[0] <= MAX_ATTEND_BATCH
         and cfg.num_heads // cfg.num_kv_heads * x.shape[1] <= MAX_QUERY_ROWS
         and d >= 16
         and d & (d - 1) == 0

@@ -77,12 +77,12 @@ def stack_of(layers: int) -> DecoderStack:
 
 
 def unfused(stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
-    saved = fused_layer.MAX_ROWS, fused_layer.MAX_ATTEND_BATCH
-    fused_layer.MAX_ROWS = fused_layer.MAX_ATTEND_BATCH = 0
+    saved = fused_layer.MAX_ROWS, fused_layer.MAX_QUERY_ROWS
+    fused_layer.MAX_ROWS = fused_layer.MAX_QUERY_ROWS = 0  # neither the layer nor its attention fused
     try:
         return stack(x, positions, cache)
     finally:
-        fused_layer.MAX_ROWS, fused_layer.MAX_ATTEND_BATCH = saved
+        fused_layer.MAX_ROWS, fused_layer.MAX_QUERY_ROWS = saved
 
 
 def _stack_with_pdl(

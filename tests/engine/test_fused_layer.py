@@ -116,6 +116,31 @@ def test_attention_equals_unfused_and_writes_only_its_positions(
     torch.testing.assert_close(out, want)
 
 
+def test_attention_reads_no_key_block_past_its_rows_position() -> None:
+    """A row reads the cache up to the block that holds its own position, whatever the span: NaNs
+    after that block (a sequence that failed there before) change nothing. Row 1 reaches the
+    second block of 64 keys; rows 0 and 2 do not, and would be NaN if they read it."""
+    gen = torch.Generator().manual_seed(5)
+    b, h, kv, d, length, span = 3, CFG.num_heads, CFG.num_kv_heads, CFG.head_dim, 80, 80
+    qkv = torch.randn(b, 1, (h + 2 * kv) * d, generator=gen).to(DEVICE)
+    q_norm, k_norm = torch.ones(d, device=DEVICE), torch.ones(d, device=DEVICE)
+    k_cache = torch.randn(b, kv, length, d, generator=gen).to(DEVICE)
+    v_cache = torch.randn(b, kv, length, d, generator=gen).to(DEVICE)
+    pos = torch.tensor([[3], [70], [41]], device=DEVICE)
+    cos_table, sin_table = (t.to(DEVICE) for t in rope_tables(d, CFG.rope_theta, torch.arange(length)))
+    want = _unfused_attention(
+        qkv, q_norm, k_norm, pos, k_cache.clone(), v_cache.clone(), span, cos_table, sin_table
+    )
+    for row in (0, 2):
+        k_cache[row, :, 64:] = float("nan")
+        v_cache[row, :, 64:] = float("nan")
+    out = fused_layer.attend(
+        qkv, q_norm, k_norm, CFG.rms_norm_eps, cos_table, sin_table, pos, k_cache, v_cache, span, h
+    )
+    assert out.isfinite().all()
+    torch.testing.assert_close(out, want)
+
+
 def test_attention_refuses_a_span_past_the_cache_and_too_many_query_rows() -> None:
     qkv = torch.randn(1, 1, 8 * 16)
     cache = torch.zeros(1, 2, 16, 16)
