@@ -214,3 +214,17 @@ def test_among_listeners_with_audio_in_hand_an_ended_stream_goes_first(
     assert calls == ([["a"], ["b"]] if ended else [["b"], ["a"]])
     final = stage.metrics.registry.get_sample_value("voicewire_engine_final_chunk_seconds_count")
     assert final == ended and (a.result is not None) == ended
+
+
+def test_a_chunk_s_pieces_join_into_an_array_of_their_own() -> None:
+    """Rows of a decoder pass's output (views of one host buffer) become one float32 array that owns
+    its memory: writing it or reusing the buffer changes neither."""
+    passes = [np.arange(2 * 6, dtype=np.float32).reshape(2, 6), -np.ones((3, 4), dtype=np.float32)]
+    pieces = [passes[0][1], passes[1][2]]
+    joined = decode_stage_module.join_samples(pieces)
+    assert joined.dtype == np.float32 and joined.flags.writeable
+    np.testing.assert_array_equal(joined, [6, 7, 8, 9, 10, 11, -1, -1, -1, -1])
+    joined[0] = 100.0
+    passes[1][2] = 5.0
+    assert passes[0][1, 0] == 6.0 and joined[-1] == -1.0
+    assert decode_stage_module.join_samples([np.zeros(0, np.float32)]).shape == (0,)

@@ -1,0 +1,85 @@
+"""What a call that lets go of the GIL costs a thread while another thread runs Python (host only).
+
+The engine process runs its scheduler, its decoder and one reader and one sender thread per
+server worker, all in one interpreter. A call that releases the GIL (a numpy copy of more than a
+few hundred elements, any torch op) must take it back afterwards, and a thread running Python
+only lets go of it at its switch interval (5 ms by default). This times, per call, the decoder's
+join of a chunk's samples (8 frames, 15,360 float32) as `np.concatenate` did it and as
+`decode_stage.join_samples` does, plus a torch op for scale, alone and beside 1 or 2 threads
+that run Python without pause.
+
+Usage: python scripts/bench_gil_copies.py [--calls N] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from voicewire.engine.decode_stage import join_samples
+
+SAMPLES = 8 * 1920  # one 8-frame chunk at 24 kHz
+
+
+def per_call_us(fn: Callable[[int], object], calls: int) -> float:
+    started = time.perf_counter()
+    for i in range(calls):
+        fn(i)
+    return (time.perf_counter() - started) / calls * 1e6
+
+
+def python_loop(stop: threading.Event) -> None:
+    total = 0
+    while not stop.is_set():
+        for i in range(1000):
+            total += i
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    rows = np.random.default_rng(0).random((64, SAMPLES), dtype=np.float32)  # a decoder pass's output
+    small = torch.zeros(16)
+    calls: dict[str, Callable[[int], object]] = {
+        "np.concatenate of one piece": lambda i: np.concatenate([rows[i % 64]]),
+        "join_samples of one piece": lambda i: join_samples([rows[i % 64]]),
+        "join_samples of two pieces": lambda i: join_samples([rows[i % 64], rows[(i + 1) % 64]]),
+        "torch add of 16 floats": lambda i: small.add(1.0),
+    }
+    results = []
+    for busy_threads in (0, 1, 2):
+        stop = threading.Event()
+        threads = [threading.Thread(target=python_loop, args=(stop,)) for _ in range(busy_threads)]
+        for thread in threads:
+            thread.start()
+        try:
+            for name, fn in calls.items():
+                results.append(
+                    {
+                        "call": name,
+                        "python_threads_beside": busy_threads,
+                        "us_per_call": round(per_call_us(fn, args.calls), 1),
+                    }
+                )
+                print(json.dumps(results[-1]), flush=True)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+    report = {"switch_interval_s": sys.getswitchinterval(), "calls_each": args.calls, "results": results}
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
