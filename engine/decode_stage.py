@@ -47,8 +47,9 @@ def join_samples(pieces: list[np.ndarray]) -> np.ndarray:
 
     Copied through a bytearray, which holds the GIL: numpy's copies of a chunk's size release it,
     and taking it back waits until a thread running Python lets go, up to the 5 ms switch
-    interval. The engine's scheduler and IPC threads run Python all the time, so a round of 100
-    chunks could wait 100 times (scripts/bench_gil_copies.py: 1.7 ms a copy, against 4 us)."""
+    interval. The engine's scheduler, reader and sender threads run Python much of the time, and a
+    round delivers up to hundreds of chunks (scripts/bench_gil_copies.py: 1.5 ms a copy beside one
+    thread running Python, against 4 us)."""
     return np.frombuffer(bytearray().join(pieces), dtype=np.float32)
 
 
