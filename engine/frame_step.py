@@ -302,8 +302,14 @@ class FrameStepper:
         # Padding rows repeat the first prompt: the same work, so their writes agree with it.
         padded = prompts + prompts[:1] * (b - n)
         meta = torch.tensor([(slot, start, rows.shape[0]) for slot, rows, start in padded])
-        for i, (_, rows, _) in enumerate(padded):
-            self.prefill_rows[i, : rows.shape[0]] = rows
+        # The prompts' rows go to their buffer rows in one scatter, not a copy each: every torch call
+        # lets go of the GIL, and taking it back can wait behind the engine's other threads.
+        length = self.prefill_rows.shape[1]
+        at = torch.tensor([i * length + p for i, (_, rows, _) in enumerate(padded) for p in range(len(rows))])
+        flat = self.prefill_rows.view(-1, self.prefill_rows.shape[-1])
+        flat.index_copy_(
+            0, cuda_graphs.to_device(at, self.device), torch.cat([rows for _, rows, _ in padded])
+        )
         self.prefill_meta[:b].copy_(cuda_graphs.pinned(meta, self.device), non_blocking=True)
         if self._graphs is not None:
             self._prefill_graphs[(b, t)].replay()
