@@ -258,6 +258,10 @@ class DecoderStage:
             bulk = sorted(bulk, key=lambda item: item[:2])[: self.urgent.bulk_rows]
         self._decode([self._take(decoding, n) for decoding, n in urgent])
         self._decode([self._take(decoding, n) for _, _, decoding, n in bulk])
+        if urgent or bulk:
+            self.metrics.decode_round.observe(time.monotonic() - now)
+            self.metrics.decode_round_chunks.observe(len(urgent) + len(bulk))
+            self.metrics.decode_round_urgent.observe(len(urgent))
         for decoding in marked:
             self._deliver_mark(decoding)
         return bool(urgent or bulk or marked)

@@ -56,6 +56,16 @@ class EngineMetrics:
             "decode_seconds", "One batched codec decoder call, until its audio is on the host", SECONDS
         )
         self.decode_streams = self._histogram("decode_streams", "Streams per decoder call", STREAMS)
+        self.decode_round = self._histogram(
+            "decode_round_seconds",
+            "One decoder round: the due chunks of listeners short of audio, then at most bulk_rows of "
+            "the others, in shared passes (frames that arrive meanwhile wait for the next round)",
+            SECONDS,
+        )
+        self.decode_round_chunks = self._histogram("decode_round_chunks", "Chunks per decoder round", STREAMS)
+        self.decode_round_urgent = self._histogram(
+            "decode_round_urgent", "Chunks of listeners short of audio per decoder round", STREAMS
+        )
         self.first_chunk = self._histogram(
             "first_chunk_seconds",
             "From a stream's first text reaching the engine to its first audio chunk",
@@ -115,6 +125,9 @@ ENGINE_HISTOGRAMS = {
     "step_streams": "voicewire_engine_step_streams",
     "step_gap_ms": "voicewire_engine_step_gap_seconds",
     "decode_streams": "voicewire_engine_decode_streams",
+    "decode_round_ms": "voicewire_engine_decode_round_seconds",
+    "decode_round_chunks": "voicewire_engine_decode_round_chunks",
+    "decode_round_urgent": "voicewire_engine_decode_round_urgent",
     "prefill_streams": "voicewire_engine_prefill_streams",
     "gc_pause_ms": "voicewire_engine_gc_pause_seconds",
     "gc_full_pause_ms": "voicewire_engine_gc_full_pause_seconds",

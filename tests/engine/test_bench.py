@@ -78,6 +78,12 @@ def test_the_report_says_what_the_engine_did(tiny_models) -> None:
         assert activity["decode_streams"]["count"] >= 4 and activity["decode_streams"]["total"] >= 4
         assert activity["first_chunk_ms"]["count"] == 4
         assert activity["final_chunk_ms"]["count"] == 4  # one final chunk a session
+        # A decoder round is one or more passes; each chunk is in one round and rides in 1+ passes.
+        rounds, chunks = activity["decode_round_ms"]["count"], activity["decode_round_chunks"]
+        assert 1 <= rounds <= activity["decode_ms"]["count"] and chunks["count"] == rounds
+        assert (
+            activity["decode_round_urgent"]["total"] <= chunks["total"] <= activity["decode_streams"]["total"]
+        )
         for key in ("step_ms", "prefill_launch_ms", "decode_ms"):
             assert activity[key]["total"] > 0 and activity[key]["p50"] <= activity[key]["p95"]
 

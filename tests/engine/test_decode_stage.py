@@ -191,9 +191,21 @@ def test_bulk_rows_leave_the_chunks_with_most_in_hand_for_the_next_round(
     stage.batch.decode = decoding
     stage.open(c, None)
     feed([a, b, c])
+
+    def rounds() -> list[float | None]:  # rounds, their chunks, and the urgent ones among them
+        value = stage.metrics.registry.get_sample_value
+        return [
+            value("voicewire_engine_decode_round_seconds_count"),
+            value("voicewire_engine_decode_round_chunks_sum"),
+            value("voicewire_engine_decode_round_urgent_sum"),
+        ]
+
+    before = rounds()
     stage.process()
     assert calls == [["c"], ["b"], ["d"], ["a"]]
     assert [s.delivered_samples // SAMPLES_PER_FRAME for s in (a, b, c, d)] == [5, 4, 1, 1]
+    # Two rounds: c (urgent) with b, then d (urgent) with a.
+    assert [after - was for after, was in zip(rounds(), before, strict=True)] == [2, 4, 2]
 
 
 @pytest.mark.parametrize("ended", [False, True])
