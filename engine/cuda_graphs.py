@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 
@@ -21,6 +22,13 @@ def pinned(host: torch.Tensor, device: torch.device) -> torch.Tensor:
 def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """`host` on `device`, queued without waiting for the device (through `pinned`)."""
     return pinned(host, device).to(device, non_blocking=True)
+
+
+def put_bytes(dst: np.ndarray, src: np.ndarray | bytes | memoryview) -> None:
+    """Copy `src` into the contiguous `dst` (as many bytes) holding the GIL, as when staging inputs
+    in page-locked memory: numpy lets go of it for copies over 500 elements, and so does every
+    torch op, and a thread that lets go waits to take it back while another runs Python."""
+    memoryview(dst).cast("B")[:] = memoryview(src).cast("B")
 
 
 def capture(run: Callable[[], None], device: torch.device, pool: tuple | None) -> torch.cuda.CUDAGraph:

@@ -6,6 +6,11 @@ decodes a group of rows together, reading and writing their contexts in place. O
 scratch row, and a frame count not in `GRAPH_FRAMES` is cut into ones that are. The decoder is
 causal and carries its context, so any cut gives the samples of one whole decode. Resetting the
 rows of new streams is graphed per bucket too.
+
+A padded group costs the host three torch calls: one copy of its rows and codes in, the replay,
+one copy of its samples out (and a pass one wait). Each torch call lets go of the GIL, and the
+engine's other threads run Python, so every call may wait to get it back; the group's inputs are
+therefore staged in page-locked memory with plain byte copies, which keep the GIL.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -69,6 +76,18 @@ def to_host(audio: Tensor) -> Tensor:
     return host
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """Views of the static buffers that the (bucket b, frames n) graph reads and writes. A group's
+    inputs are its rows [b] then its codes [b, n, Q], one contiguous prefix of the input buffer, so
+    one copy puts them in place."""
+
+    inputs: Tensor  # int64 [b * (1 + n * Q)], the prefix of the input buffer
+    rows: Tensor  # int64 [b]
+    codes: Tensor  # int64 [b, n, Q]
+    audio: Tensor | None  # float32 [b, n * samples_per_frame], the graph's output (None without graphs)
+
+
 class BatchedDecoder:
     """Decoder contexts for `slots` streams; `graphs` captures the shapes on CUDA, `pad` runs the
     same padded shapes without graphs (so eager and graphed runs compare exactly)."""
@@ -86,15 +105,33 @@ class BatchedDecoder:
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] | None = {} if graphs else None
         self._reset_graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if graphs else None
         self._pool = None
-        top = self.buckets[-1] if self.buckets else slots
-        self._rows = torch.full((top,), self.scratch, dtype=torch.long, device=self.device)
-        self._codes = torch.zeros(
-            top, GRAPH_FRAMES[0], decoder.cfg.num_quantizers, dtype=torch.long, device=self.device
-        )
-        samples = GRAPH_FRAMES[0] * decoder.cfg.samples_per_frame if graphs else 0
-        self._audio = torch.zeros(top if graphs else 0, samples, dtype=torch.float32, device=self.device)
+        self._shapes: dict[tuple[int, int], _Shape] = {}
+        if self.buckets is not None:
+            self._allocate_static(graphs)
         # Row groups per frame count and row count, from each graph's replay time (set by capture).
         self.plans: dict[int, list[list[int]]] | None = None
+
+    def _allocate_static(self, graphs: bool) -> None:
+        assert self.buckets is not None
+        q, spf = self.decoder.cfg.num_quantizers, self.decoder.cfg.samples_per_frame
+        most = self._top() * (1 + GRAPH_FRAMES[0] * q)
+        self._inputs = torch.zeros(most, dtype=torch.long, device=self.device)
+        audio = torch.zeros(self._top() * GRAPH_FRAMES[0] * spf, device=self.device) if graphs else None
+        for b in self.buckets:
+            for n in GRAPH_FRAMES:
+                size = b * (1 + n * q)
+                out = audio[: b * n * spf].view(b, n * spf) if audio is not None else None
+                self._shapes[(b, n)] = _Shape(
+                    self._inputs[:size], self._inputs[:b], self._inputs[b:size].view(b, n, q), out
+                )
+        # A call's groups are staged in parts of their own (their copies in may still be queued);
+        # sized for one pass over every slot, grown for a longer call.
+        self._stage_buffer(2 * most)
+        self._zeros = bytes(most * self._inputs.element_size())  # padding rows' codes
+
+    def _stage_buffer(self, size: int) -> None:
+        self._staging = torch.empty(size, dtype=torch.long, pin_memory=self.device.type == "cuda")
+        self._staged = self._staging.numpy()
 
     def reset(self, rows: list[int]) -> None:
         """Start `rows` afresh for new streams. Graphed, a reset is one launch per bucket: eagerly it
@@ -105,25 +142,70 @@ class BatchedDecoder:
             return
         top = self._top()
         for lo in range(0, len(rows), top):
-            b = self._fill_rows(rows[lo : lo + top])
-            self._reset_graph(b).replay()
+            group = rows[lo : lo + top]
+            b = self._bucket(len(group))
+            graph = self._reset_graph(b)
+            padded = torch.tensor(group + [self.scratch] * (b - len(group)), dtype=torch.long)
+            self._shapes[(b, 1)].rows.copy_(cuda_graphs.pinned(padded, self.device), non_blocking=True)
+            graph.replay()
 
     def decode(self, rows: list[int], codes: Tensor) -> Tensor:
         """Codes [B, n, 16] (any device) for the streams in `rows` -> samples [B, n * upsample] float32 on CPU."""
-        codes = cuda_graphs.to_device(codes, self.device)
         if self.buckets is None:
+            codes = cuda_graphs.to_device(codes, self.device)
             return to_host(self._decode_eager(self._index(rows), codes))
-        pieces, start = [], 0
-        for n in split_frames(codes.shape[1]):
-            audio, lo = [], 0
+        host = codes.numpy() if codes.device.type == "cpu" else codes.cpu().numpy()
+        plan: list[tuple[int, int, list[tuple[int, int]]]] = []  # (frames, first frame, (row, rows) groups)
+        first = 0
+        for n in split_frames(host.shape[1]):
+            groups, lo = [], 0
             for size in self._row_groups(n, len(rows)):
-                audio.append(
-                    self._decode_padded(rows[lo : lo + size], codes[lo : lo + size, start : start + n])
-                )
+                groups.append((lo, size))
                 lo += size
-            pieces.append(torch.cat(audio))
-            start += n
-        return to_host(torch.cat(pieces, dim=1))
+            plan.append((n, first, groups))
+            first += n
+        need = sum(
+            self._shapes[(self._bucket(k), n)].inputs.shape[0] for n, _, groups in plan for _, k in groups
+        )
+        if need > self._staging.shape[0]:  # safe: every call waits for its copies before it returns
+            self._stage_buffer(need)
+        passes, at = [], 0
+        for n, first, groups in plan:
+            out = torch.empty(
+                len(rows), n * self.decoder.cfg.samples_per_frame, pin_memory=self.device.type == "cuda"
+            )
+            for lo, k in groups:
+                at = self._launch(
+                    rows[lo : lo + k], host[lo : lo + k, first : first + n], out[lo : lo + k], at
+                )
+            passes.append(out)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        return passes[0] if len(passes) == 1 else torch.cat(passes, dim=1)
+
+    def _launch(self, rows: list[int], codes: np.ndarray, out: Tensor, at: int) -> int:
+        """Decode one group padded to its bucket: stage its rows and codes at `at` of the staging
+        buffer, copy them in, replay, and queue the copy of its samples into `out` [k, samples].
+        Returns where the next group's staging starts."""
+        k, n = len(rows), codes.shape[1]
+        b = self._bucket(k)
+        # First: a capture runs its warm-ups on the scratch row, through the same inputs.
+        graph = self._graph(b, n) if self._graphs is not None else None
+        shape = self._shapes[(b, n)]
+        size, filled = shape.inputs.shape[0], b + k * codes.shape[1] * codes.shape[2]
+        staged = self._staged[at : at + size]
+        cuda_graphs.put_bytes(staged[:b], np.array(rows + [self.scratch] * (b - k), dtype=np.int64))
+        cuda_graphs.put_bytes(staged[b:filled], np.ascontiguousarray(codes, dtype=np.int64))
+        cuda_graphs.put_bytes(staged[filled:], memoryview(self._zeros)[: (size - filled) * staged.itemsize])
+        shape.inputs.copy_(self._staging[at : at + size], non_blocking=True)
+        if graph is None:
+            audio = self._decode_eager(shape.rows, shape.codes)[:k]
+        else:
+            assert shape.audio is not None
+            graph.replay()
+            audio = shape.audio[:k]
+        out.copy_(audio, non_blocking=True)
+        return at + size
 
     def _row_groups(self, n: int, rows: int) -> list[int]:
         """How `rows` rows decode n frames: in the groups the measured plan gives, or in groups of
@@ -167,16 +249,16 @@ class BatchedDecoder:
     def _replay_ms(self, repeats: int = 3) -> dict[tuple[int, int], float]:
         """Milliseconds per replay of each captured (bucket, frames) graph, on scratch rows only."""
         assert self._graphs is not None
-        self._rows.fill_(self.scratch)
         times = {}
-        for key, graph in self._graphs.items():
+        for (b, n), graph in self._graphs.items():
+            self._scratch_inputs(b)
             graph.replay()
             torch.cuda.synchronize(self.device)
             started = time.perf_counter()
             for _ in range(repeats):
                 graph.replay()
             torch.cuda.synchronize(self.device)
-            times[key] = (time.perf_counter() - started) / repeats * 1e3
+            times[(b, n)] = (time.perf_counter() - started) / repeats * 1e3
         return times
 
     def _plans(self, replay_ms: dict[tuple[int, int], float]) -> dict[int, list[list[int]]]:
@@ -188,33 +270,21 @@ class BatchedDecoder:
     def _decode_eager(self, rows: Tensor, codes: Tensor) -> Tensor:
         return self.decoder.decode_step(codes, self.state, rows).float()
 
-    def _decode_padded(self, rows: list[int], codes: Tensor) -> Tensor:
-        k, n = len(rows), codes.shape[1]
-        b = self._fill_rows(rows)
-        self._codes[:b, :n] = 0
-        self._codes[:k, :n] = codes
-        if self._graphs is None:
-            return self._decode_eager(self._rows[:b], self._codes[:b, :n])[:k]
-        self._graph(b, n).replay()
-        # A copy: the next replay rewrites the static buffer.
-        return self._audio[:k, : n * self.decoder.cfg.samples_per_frame].clone()
-
     def _top(self) -> int:
         assert self.buckets is not None
         return self.buckets[-1]
 
-    def _fill_rows(self, rows: list[int]) -> int:
-        """Put `rows` in the static row buffer, padded with the scratch row to their bucket; returns
-        the bucket."""
+    def _bucket(self, rows: int) -> int:
         assert self.buckets is not None
-        k = len(rows)
-        b = next(size for size in self.buckets if size >= k)
-        self._rows[:b] = self.scratch
-        self._rows[:k] = self._index(rows)
-        return b
+        return next(size for size in self.buckets if size >= rows)
 
     def _index(self, rows: list[int]) -> Tensor:
         return cuda_graphs.to_device(torch.tensor(rows, dtype=torch.long), self.device)
+
+    def _scratch_inputs(self, b: int) -> None:
+        """Every shape of bucket b on the scratch row with codes 0, so its runs move no stream's context."""
+        self._shapes[(b, GRAPH_FRAMES[0])].inputs.zero_()
+        self._shapes[(b, GRAPH_FRAMES[0])].rows.fill_(self.scratch)
 
     def _graph(self, b: int, n: int) -> torch.cuda.CUDAGraph:
         assert self._graphs is not None
@@ -222,23 +292,22 @@ class BatchedDecoder:
 
     def _reset_graph(self, b: int) -> torch.cuda.CUDAGraph:
         assert self._reset_graphs is not None
-        return self._captured(self._reset_graphs, b, b, lambda: self.state.reset(self._rows[:b]))
+        return self._captured(self._reset_graphs, b, b, lambda: self.state.reset(self._shapes[(b, 1)].rows))
 
     def _captured(self, graphs: dict, key: object, b: int, run: Callable[[], None]) -> torch.cuda.CUDAGraph:
-        """`graphs[key]`, captured from `run` (which reads rows [0, b) of the row buffer) on first use."""
+        """`graphs[key]`, captured from `run` (which reads bucket b's inputs) on first use. The
+        inputs are left on the scratch row: the caller stages its own after."""
         graph = graphs.get(key)
         if graph is not None:
             return graph
-        # Every row is the scratch row, so the warm-up runs move no stream's context.
-        saved = self._rows[:b].clone()
-        self._rows[:b] = self.scratch
+        self._scratch_inputs(b)  # the warm-up runs are real
         graph = cuda_graphs.capture(run, self.device, self._pool)
         self._pool = graph.pool()
         graphs[key] = graph
-        self._rows[:b] = saved
         log.debug("captured a decoder graph %s", key)
         return graph
 
     def _compute(self, b: int, n: int) -> None:
-        audio = self._decode_eager(self._rows[:b], self._codes[:b, :n])
-        self._audio[:b, : audio.shape[1]] = audio
+        shape = self._shapes[(b, n)]
+        assert shape.audio is not None
+        shape.audio.copy_(self._decode_eager(shape.rows, shape.codes))

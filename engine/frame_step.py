@@ -51,6 +51,9 @@ PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
 PREFILL_LENGTHS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SPAN_DIVISORS = (8, 4, 2, 1)  # attention spans, as fractions of the KV length
 PREFILL_KV_ROWS = 8192  # slots x KV length one prefill call copies out and back (memory bound)
+# Page-locked step inputs kept in turn: with pipelined steps the host writes step k+1's inputs
+# before step k's copy in has run, and a staging buffer is reused only once its copy has.
+INPUT_STAGING = 4
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,13 @@ class FrameStepper:
         self.banned, self.eos_only = banned_ids(cfg, device)
         # Static step buffers: inputs [S, 2] (active, text id), outputs [S, 18] (16 codes, next code 0, finite).
         self.inputs = torch.zeros(slots, 2, dtype=torch.long, device=device)
+        pin = device.type == "cuda"
+        self._staging = [
+            torch.zeros(slots, 2, dtype=torch.long, pin_memory=pin) for _ in range(INPUT_STAGING)
+        ]
+        self._staged_inputs = [staging.numpy() for staging in self._staging]
+        self._copied = [torch.cuda.Event() for _ in range(INPUT_STAGING)] if pin else None
+        self._turn = 0
         self.outputs = torch.zeros(slots, cfg.num_code_groups + 2, dtype=torch.long, device=device)
         self._slot_index = torch.arange(slots, device=device)
         self.buckets = sorted({min(b, slots) for b in BUCKETS}) if graphs or pad else None
@@ -343,11 +353,9 @@ class FrameStepper:
         row's logits were finite; inactive rows are garbage."""
         self.apply_settings()
         b = n if self.buckets is None else next(b for b in self.buckets if b >= n)
-        host = torch.zeros(b, 2, dtype=torch.long)
-        host[:n, 0] = torch.tensor(active, dtype=torch.long)
-        host[:n, 1] = torch.tensor(text_ids, dtype=torch.long)
-        # With pipelined steps the host writes step k+1's inputs before step k's copy has run.
-        self.inputs[:b].copy_(cuda_graphs.pinned(host, self.device), non_blocking=True)
+        self._copy_inputs(
+            b, [(int(a), t) for a, t in zip(active, text_ids, strict=True)] + [(0, 0)] * (b - n)
+        )
         draw = max((d for a, d in zip(active, self.draws, strict=False) if a), default=Draw.GREEDY)
         if self._graphs is None:
             self._compute(b, draw, self.attention_span(b, draw))
@@ -356,6 +364,17 @@ class FrameStepper:
             self._graph(b, draw, self.attention_span(b, draw)).replay()
         self._host_pos[:n] += np.asarray(active, dtype=bool)
         return self.outputs[:n]
+
+    def _copy_inputs(self, b: int, rows: list[tuple[int, int]]) -> None:
+        """Rows [0, b) of the step inputs from (active, text id) pairs: staged with byte copies,
+        which keep the GIL, then one copy in (every torch call lets go of it)."""
+        turn, self._turn = self._turn, (self._turn + 1) % INPUT_STAGING
+        if self._copied is not None and not self._copied[turn].query():
+            self._copied[turn].synchronize()  # only with INPUT_STAGING steps in flight
+        cuda_graphs.put_bytes(self._staged_inputs[turn][:b], np.array(rows, dtype=np.int64))
+        self.inputs[:b].copy_(self._staging[turn][:b], non_blocking=True)
+        if self._copied is not None:
+            self._copied[turn].record()
 
     def attention_span(self, b: int, draw: Draw) -> int:
         """The attention span for rows [0, b): it holds the next position of every occupied row."""

@@ -153,6 +153,13 @@ class Scheduler:
         self._reserved = 0
         self._progress = False
         self._launched: _Launched | None = None
+        # Page-locked copies of the steps' outputs, used in turn: step k+2 is launched after step k
+        # is read (one step in flight), so two suffice. One allocation a step would let go of the GIL.
+        outputs = self.stepper.outputs
+        self._host_outputs = [
+            torch.empty(outputs.shape, dtype=outputs.dtype, pin_memory=outputs.is_cuda) for _ in range(2)
+        ]
+        self._turn = 0
         self._last_collect: float | None = None  # when the last step's outputs reached the host
         self._idle_since: float | None = None  # when a round with open streams found nothing to do
 
@@ -421,7 +428,8 @@ class Scheduler:
             self.metrics.step_gap.observe(started - self._last_collect)
         try:
             out = self.stepper.step(n, active, ids)
-            host = torch.empty(out.shape, dtype=out.dtype, pin_memory=out.is_cuda)
+            host = self._host_outputs[self._turn][: out.shape[0]]
+            self._turn ^= 1
             host.copy_(out, non_blocking=True)
             done = None
             if out.is_cuda:

@@ -5,8 +5,9 @@ server worker, all in one interpreter. A call that releases the GIL (a numpy cop
 few hundred elements, any torch op) must take it back afterwards, and a thread running Python
 only lets go of it at its switch interval (5 ms by default). This times, per call, the decoder's
 join of a chunk's samples (8 frames, 15,360 float32) as `np.concatenate` did it and as
-`decode_stage.join_samples` does, plus a torch op for scale, alone and beside 1 or 2 threads
-that run Python without pause.
+`decode_stage.join_samples` does; staging a 256-row decoder group's codes (256 x 8 x 16 int64) by
+numpy assignment and by `cuda_graphs.put_bytes`; and a torch op and a tensor slice (indexing keeps
+the GIL), alone and beside 1 or 2 threads that run Python without pause.
 
 Usage: python scripts/bench_gil_copies.py [--calls N] [--out FILE.json]
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from voicewire.engine.cuda_graphs import put_bytes
 from voicewire.engine.decode_stage import join_samples
 
 SAMPLES = 8 * 1920  # one 8-frame chunk at 24 kHz
@@ -50,11 +52,16 @@ def main() -> None:
     args = parser.parse_args()
     rows = np.random.default_rng(0).random((64, SAMPLES), dtype=np.float32)  # a decoder pass's output
     small = torch.zeros(16)
+    codes = np.ones((256, 8, 16), dtype=np.int64)  # a decoder group's codes
+    staged = np.zeros(codes.size, dtype=np.int64)
     calls: dict[str, Callable[[int], object]] = {
         "np.concatenate of one piece": lambda i: np.concatenate([rows[i % 64]]),
         "join_samples of one piece": lambda i: join_samples([rows[i % 64]]),
         "join_samples of two pieces": lambda i: join_samples([rows[i % 64], rows[(i + 1) % 64]]),
+        "numpy assignment of a group's codes": lambda i: staged.__setitem__(slice(None), codes.reshape(-1)),
+        "put_bytes of a group's codes": lambda i: put_bytes(staged, codes),
         "torch add of 16 floats": lambda i: small.add(1.0),
+        "torch slice of 16 floats": lambda i: small[1:3],
     }
     results = []
     for busy_threads in (0, 1, 2):

@@ -1,10 +1,12 @@
 """Batched incremental decoding: any grouping, padding and frame split gives each stream's whole decode."""
 
 import itertools
+from collections import Counter
 
 import pytest
 import torch
 
+from tests.engine.torch_calls import TorchCalls
 from voicewire.engine.codec_decoder import CodecDecoder, load_codec_decoder
 from voicewire.engine.decoder_batch import BATCH_BUCKETS, BatchedDecoder, plan_rows, split_frames
 
@@ -83,6 +85,34 @@ def test_planned_row_groups_equal_whole_decodes(decoder: CodecDecoder, codes: to
         assert batch.plans[8][2] == [1, 1]
         got = _decode_in_groups(batch, codes)
     assert torch.allclose(got, whole, atol=1e-5), float((got - whole).abs().max())
+
+
+def test_one_call_decodes_many_passes(decoder: CodecDecoder, codes: torch.Tensor) -> None:
+    """27 frames of two rows in one call (passes of 8, 8, 8, 2 and 1 frames) stage more inputs than
+    the staging buffer first holds, and equal one whole decode."""
+    with torch.inference_mode():
+        whole = decoder(codes[[0, 2]]).float()
+        batch = BatchedDecoder(decoder, slots=2, pad=True)
+        first = batch._staging.shape[0]
+        got = batch.decode([1, 0], codes[[0, 2]])
+    assert batch._staging.shape[0] > first
+    assert got.shape == (2, FRAMES * SAMPLES) and got.dtype == torch.float32
+    assert torch.allclose(got, whole, atol=1e-5), float((got - whole).abs().max())
+
+
+def test_a_padded_group_costs_the_host_three_torch_calls(decoder: CodecDecoder, codes: torch.Tensor) -> None:
+    """Besides the decoder itself (the replay, graphed), a pass of one group makes three torch calls:
+    its output's allocation, one copy of its rows and codes in, one copy of its samples out. Each
+    lets go of the GIL, and waits to take it back while the engine's other threads run Python."""
+    with torch.inference_mode():
+        batch = BatchedDecoder(decoder, slots=5, pad=True)
+        batch.decode([0, 1, 2], codes[:, :8])  # a first call may grow buffers
+        counted = TorchCalls()
+        batch._decode_eager = counted.uncounted(batch._decode_eager)
+        with counted:
+            audio = batch.decode([0, 1, 2], codes[:, 8:16])
+    assert audio.shape == (3, 8 * SAMPLES)
+    assert counted.calls == Counter({"empty": 1, "copy_": 2})
 
 
 def test_graphs_need_cuda(decoder: CodecDecoder) -> None:

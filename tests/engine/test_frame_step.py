@@ -1,8 +1,11 @@
 """The batched frame step: bucket padding, counter-keyed draws, and (on CUDA) graphs vs eager."""
 
+from collections import Counter
+
 import pytest
 import torch
 
+from tests.engine.torch_calls import TorchCalls
 from voicewire.engine.frame_step import FrameStepper, GenerationOptions
 from voicewire.engine.model import Qwen3TTS
 from voicewire.engine.sampling import Draw, SamplingParams
@@ -207,6 +210,20 @@ def test_fused_graphed_steps_equal_fused_eager_steps_on_cuda(tiny_checkpoints) -
     graphed = _run(model, graphed_stepper, greedy, steps=40, together=True)
     for a, b in zip(eager, graphed, strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_step_costs_the_host_one_torch_call(model: Qwen3TTS) -> None:
+    """Besides the step itself (a replay, graphed), a step makes one torch call: the copy of its
+    inputs in, staged with byte copies. Staged settings add their own copies, once."""
+    stepper = FrameStepper(model.talker, SLOTS, 64, pad=True)
+    _run(model, stepper, [True, False, True], steps=1)
+    counted = TorchCalls()
+    stepper._compute = counted.uncounted(stepper._compute)
+    with torch.inference_mode(), counted:
+        out = stepper.step(3, [True, False, True], [5, 6, 7])
+    assert out.shape == (3, 18)
+    assert counted.calls == Counter({"copy_": 1})
+    assert stepper.inputs[:4].tolist() == [[1, 5], [0, 6], [1, 7], [0, 0]]  # padded to the bucket of 4
 
 
 def test_slot_settings_are_staged_and_written_together(tiny_models) -> None:
