@@ -1,6 +1,6 @@
 """`voicewire bench-engine`: N concurrent streams through the in-process engine, with text arriving
 at an LLM-like rate or all at once and forced frame counts; reports latency and throughput as JSON,
-and what the engine did meanwhile (`metrics.engine_report`, as `voicewire bench` gives it)."""
+and what the engine did meanwhile (`metrics.histogram_report`, as `voicewire bench` gives it)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import torch
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.engine import LIVE_SETTINGS, Engine
 from voicewire.engine.errors import StreamClosed
-from voicewire.engine.metrics import engine_report
+from voicewire.engine.metrics import histogram_report
 from voicewire.engine.stream import SAMPLE_RATE, Stream
 
 BENCH_TEXT = (
@@ -142,7 +142,7 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
     started = time.perf_counter()
     per_stream = await asyncio.gather(*(run_stream(i) for i in range(settings.streams)))
     wall = time.perf_counter() - started
-    activity = engine_report(before, engine.metrics.histograms())
+    activity = histogram_report(before, engine.metrics.histograms())
     timings = [t for stream_timings in per_stream for t in stream_timings]
     if engine.model.device.type == "cuda":
         peak_mb = torch.cuda.max_memory_allocated(engine.model.device) / 2**20

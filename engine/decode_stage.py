@@ -330,6 +330,7 @@ class DecoderStage:
         text: str,
         mark: _Mark | None,
     ) -> None:
+        now = time.monotonic()
         chunk = AudioChunk(
             pcm=pcm,
             offset=decoding.offset,
@@ -339,9 +340,9 @@ class DecoderStage:
             text_end=decoding.text_end,
             flushed=bool(mark and mark.flushed),
             final=bool(mark and mark.close is not None),
+            decoded_at=now,
         )
         if pcm.shape[0]:
-            now = time.monotonic()
             first_text = decoding.stream.first_text_at
             if decoding.offset == 0 and first_text is not None:
                 self.metrics.first_chunk.observe(now - first_text)

@@ -5,7 +5,7 @@ Each engine has its own registry. Under `voicewire serve` the engine runs in a p
 and prometheus-client's multiprocess mode (`server.metrics_dir`) puts its values beside the server
 workers', so every worker's `/metrics` shows them.
 
-`engine_report` turns two readings of the histograms (from an exposition: a server's `/metrics`, or
+`histogram_report` turns two readings of the histograms (from an exposition: a server's `/metrics`, or
 an in-process engine's `EngineMetrics.histograms()`) into what the engine did between them; both
 benchmarks report it.
 """
@@ -110,8 +110,8 @@ class EngineMetrics:
         return Histogram(f"voicewire_engine_{name}", documentation, buckets=buckets, registry=self.registry)
 
     def histograms(self) -> dict[str, dict[float, float]]:
-        """This engine's histograms now, as `engine_histograms` reads them from an exposition."""
-        return engine_histograms(generate_latest(self.registry).decode())
+        """This engine's histograms now, as `read_histograms` reads them from an exposition."""
+        return read_histograms(generate_latest(self.registry).decode())
 
 
 # The histograms an activity report reads: seconds (reported in ms) or stream counts.
@@ -139,10 +139,12 @@ ENGINE_HISTOGRAMS = {
 SUM = -1.0  # the key of a histogram's sum among its bucket bounds (which are all positive)
 
 
-def engine_histograms(exposition: str) -> dict[str, dict[float, float]]:
-    """The engine histograms of a /metrics exposition, as cumulative counts per upper bound (+inf
-    included), with the sum of the observed values under the key `SUM`."""
-    wanted = set(ENGINE_HISTOGRAMS.values())
+def read_histograms(
+    exposition: str, names: dict[str, str] = ENGINE_HISTOGRAMS
+) -> dict[str, dict[float, float]]:
+    """The histograms `names` (the engine's by default) of a /metrics exposition, as cumulative
+    counts per upper bound (+inf included), with the sum of the observed values under the key `SUM`."""
+    wanted = set(names.values())
     found: dict[str, dict[float, float]] = {}
     for family in text_string_to_metric_families(exposition):
         if family.name in wanted:
@@ -171,11 +173,12 @@ def histogram_quantile(buckets: dict[float, float], q: float) -> float | None:
     return lower
 
 
-def engine_report(before: dict, after: dict) -> dict:
-    """What the engine did between two `engine_histograms`: per histogram its count, total and
-    estimated p50/p95 (from the buckets, so within a bucket's width). Empty for a server without them."""
+def histogram_report(before: dict, after: dict, names: dict[str, str] = ENGINE_HISTOGRAMS) -> dict:
+    """What happened between two `read_histograms` of `names` (the engine's by default): per
+    histogram its count, total and estimated p50/p95 (from the buckets, so within a bucket's width).
+    Empty for a server without them."""
     report = {}
-    for key, name in ENGINE_HISTOGRAMS.items():
+    for key, name in names.items():
         if name not in after:
             continue
         then = before.get(name, {})

@@ -39,6 +39,9 @@ class AudioChunk:
     text_end: int  # characters of the pushed text the talker has consumed so far
     flushed: bool = False  # the audio of everything before a flush() is complete with this chunk
     final: bool = False  # the last chunk of the stream
+    # time.monotonic() as the decoder let it go: CLOCK_MONOTONIC, one clock for every process on
+    # the host, so a server process can time the chunk's way from the engine process.
+    decoded_at: float = 0.0
 
     @property
     def frames(self) -> int:

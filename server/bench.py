@@ -17,8 +17,9 @@ text at an LLM-like pace (or all at once), Opus back; measured at the client:
   open at all times (a closed-loop load): the ramp at the level's start and the tail at its end
   then weigh 1/K as much in the aggregate, as under a server's steady traffic;
 - and from the server's `/metrics` before and after the level, the engine's view of the same
-  sessions (`engine`): first frame, first chunk, step and decoder-call times, and batch sizes; and
-  how many of them each server process (worker) took.
+  sessions (`engine`): first frame, first chunk, step and decoder-call times, and batch sizes; the
+  server's way from the engine to the socket (`server`: each chunk's delivery time, and the gaps a
+  listener at the socket would hear); and how many of them each server process (worker) took.
 
 One Python process can only send and receive so much: at 256 streams the client alone makes ~5000 text
 sends a second. A level can therefore spread its sessions over several client processes (spawned), which
@@ -377,9 +378,11 @@ def level_report(
     level: LevelRuns,
     engine: dict | None = None,
     server_processes: list[int] | None = None,
+    server: dict | None = None,
 ) -> dict:
-    """The JSON report of one level's runs, with the engine's view (`engine_report`) and the
-    sessions each server process took (`process_shares`) if given."""
+    """The JSON report of one level's runs, with the engine's view (`histogram_report`), the
+    sessions each server process took (`process_shares`) and the server's way from the engine to
+    the socket (`histogram_report` of `SERVER_HISTOGRAMS`) if given."""
     from voicewire.engine.playback import START_BUFFER_S  # as in simulated_underruns
 
     runs, wall = level.runs, level.wall_s
@@ -420,6 +423,7 @@ def level_report(
         "client_cpu_share": [round(cpu / wall, 3) for cpu in level.client_cpu_s] if wall > 0 else [],
         "sessions_per_server_process": server_processes or [],
         "engine": engine or {},
+        "server": server or {},
     }
 
 
@@ -429,11 +433,17 @@ async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
     level = await run_level(load, streams, processes)
     after = await asyncio.to_thread(_scrape, load.url)
     # Here, not at the top: voicewire.engine brings torch, which the client processes do not need.
-    from voicewire.engine.metrics import engine_histograms, engine_report
+    from voicewire.engine.metrics import histogram_report, read_histograms
+    from voicewire.server.metrics import SERVER_HISTOGRAMS
 
-    engine = engine_report(engine_histograms(before), engine_histograms(after))
+    engine = histogram_report(read_histograms(before), read_histograms(after))
+    server = histogram_report(
+        read_histograms(before, SERVER_HISTOGRAMS),
+        read_histograms(after, SERVER_HISTOGRAMS),
+        SERVER_HISTOGRAMS,
+    )
     shares = process_shares(sessions_by_process(before), sessions_by_process(after))
-    return level_report(streams, load.frames, load.rate, level, engine, shares)
+    return level_report(streams, load.frames, load.rate, level, engine, shares, server)
 
 
 def markdown(report: dict) -> str:

@@ -14,6 +14,15 @@ from voicewire.server.metrics_dir import MULTIPROCESS_DIR
 
 LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 SPEED_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0)
+HOST_PATH_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0)
+
+# The histograms `voicewire bench` reports beside the engine's (`engine.metrics.histogram_report`):
+# with the engine's player_gap, they tell whether a gap was made before the decoder's output, on
+# the server's way to the socket, or after it.
+SERVER_HISTOGRAMS = {
+    "chunk_delivery_ms": "voicewire_chunk_delivery_seconds",
+    "socket_player_gap_ms": "voicewire_socket_player_gap_seconds",
+}
 
 
 class Metrics:
@@ -51,6 +60,21 @@ class Metrics:
             "voicewire_realtime_factor",
             "Audio seconds made per wall second, per finished context",
             buckets=SPEED_BUCKETS,
+            registry=self.registry,
+        )
+        self.chunk_delivery = Histogram(
+            "voicewire_chunk_delivery_seconds",
+            "From a chunk leaving the engine's decoder to its audio queued for the socket: IPC, the "
+            "worker's event loop and the Opus threads",
+            buckets=HOST_PATH_BUCKETS,
+            registry=self.registry,
+        )
+        self.socket_player_gap = Histogram(
+            "voicewire_socket_player_gap_seconds",
+            "Gaps a player with a 200 ms start buffer would hear in a context's audio as the server "
+            "writes it to the socket (the engine's player_gap, after IPC and Opus; a context waiting "
+            "for its text makes them too)",
+            buckets=HOST_PATH_BUCKETS,
             registry=self.registry,
         )
         self.underruns = Counter(

@@ -21,6 +21,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voicewire.engine import EngineError, Stream
 from voicewire.engine.engine_process import AnyEngine, RemoteStream
 from voicewire.engine.errors import StreamClosed
+from voicewire.engine.playback import SimulatedPlayer
 from voicewire.engine.stream import SAMPLE_RATE
 from voicewire.server import protocol as p
 from voicewire.server.config import ServerConfig
@@ -76,6 +77,7 @@ class Context:
     opened_at: float = field(default_factory=time.perf_counter)
     underruns: int = 0  # as last reported by the client
     counted: bool = True  # still in the contexts gauge
+    player: SimulatedPlayer = field(default_factory=SimulatedPlayer)  # the listener's clock at the socket
 
 
 class _SlowConsumer(Exception):
@@ -305,6 +307,8 @@ class Session:
                 )
                 if context.state is ContextState.CANCELLED:
                     return
+                if chunk.pcm.shape[0]:
+                    self.metrics.chunk_delivery.observe(time.monotonic() - chunk.decoded_at)
                 if packets and context.seq == 0:
                     self.metrics.first_audio.observe(time.perf_counter() - context.opened_at)
                 for packet in packets:
@@ -398,7 +402,18 @@ class Session:
                 await self.websocket.send_bytes(encoded)
             else:
                 await self.websocket.send_text(encoded)
-            self._queued_audio_s -= self._audio_seconds(message)
+            if isinstance(message, p.Audio):
+                seconds = self._audio_seconds(message)
+                self._queued_audio_s -= seconds
+                self._played(message.context_id, seconds)
+
+    def _played(self, context_id: str, seconds: float) -> None:
+        """`seconds` of a context's audio are on the socket: what a listener here would hear."""
+        context = self.contexts.get(context_id)
+        if context is not None:
+            gap = context.player.add(time.monotonic(), seconds)
+            if gap > 0:
+                self.metrics.socket_player_gap.observe(gap)
 
     async def _shutdown(self, sender: asyncio.Task) -> None:
         self.state = SessionState.CLOSED

@@ -6,9 +6,9 @@ from voicewire.engine.metrics import (
     ENGINE_HISTOGRAMS,
     SUM,
     EngineMetrics,
-    engine_histograms,
-    engine_report,
     histogram_quantile,
+    histogram_report,
+    read_histograms,
 )
 
 
@@ -17,9 +17,9 @@ def test_engine_report_takes_the_level_out_of_the_histograms() -> None:
     before = {"voicewire_engine_step_seconds": {0.01: 2.0, 0.02: 2.0, inf: 2.0, SUM: 0.01}}
     # 10 more steps: 4 up to 10 ms, 6 in (10, 20] ms; 0.12 s in all.
     after = {"voicewire_engine_step_seconds": {0.01: 6.0, 0.02: 12.0, inf: 12.0, SUM: 0.13}}
-    report = engine_report(before, after)
+    report = histogram_report(before, after)
     assert report == {"step_ms": {"count": 10, "total": 120.0, "p50": 11.67, "p95": 19.17}}
-    assert engine_report({}, {}) == {}
+    assert histogram_report({}, {}) == {}
     # A rank in the +Inf bucket is reported as the largest finite bound, as Prometheus does.
     assert histogram_quantile({0.01: 1.0, inf: 4.0}, 0.95) == 0.01
 
@@ -32,8 +32,8 @@ def test_an_engines_own_histograms_read_as_a_scrape_reads_them() -> None:
         metrics.step.observe(seconds)
     metrics.decode_streams.observe(3)
     after = metrics.histograms()
-    assert after == engine_histograms(generate_latest(metrics.registry).decode())
-    report = engine_report(before, after)
+    assert after == read_histograms(generate_latest(metrics.registry).decode())
+    report = histogram_report(before, after)
     assert set(report) == set(ENGINE_HISTOGRAMS)
     # Two in the (2, 5] ms bucket, one in (10, 20]: rank 1.5 at 2 + 3 x 1.5/2, rank 2.85 at 10 + 10 x 0.85.
     assert report["step_ms"] == {"count": 3, "total": 23.0, "p50": 4.25, "p95": 18.5}

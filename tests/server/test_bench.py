@@ -20,6 +20,7 @@ from voicewire.server.bench import (
     start_message,
 )
 from voicewire.server.cli import main
+from voicewire.server.metrics import SERVER_HISTOGRAMS
 
 REPORT_KEYS = {
     "streams",
@@ -40,6 +41,7 @@ REPORT_KEYS = {
     "session_setup_ms",
     "sessions_per_server_process",
     "engine",
+    "server",
 }
 
 
@@ -134,6 +136,14 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         gap = engine["step_gap_ms"]
         assert 0 < gap["count"] < engine["step_ms"]["count"]
         assert 0 < gap["total"] < level["wall_s"] * 1000 and engine["step_ms"]["total"] > 0
+        # The server's way from the decoder to the socket: every chunk with audio that the
+        # sessions' pumps took (the first chunk of each, at least), each timed from its decoding.
+        server = level["server"]
+        assert set(server) == set(SERVER_HISTOGRAMS)
+        delivery = server["chunk_delivery_ms"]
+        assert level["streams"] <= delivery["count"] <= 6 * level["streams"]  # chunks 1, 3, 3, 3, 3, 1
+        assert 0 < delivery["total"] < level["wall_s"] * 1000 * delivery["count"]
+        assert server["socket_player_gap_ms"]["count"] >= 0
     assert table.read_text().count("\n| ") == 3  # header + two levels
     assert "chunks (frames): 1,3." in table.read_text()
 

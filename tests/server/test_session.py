@@ -1,4 +1,5 @@
-"""Session logic that a socket cannot time: a context the engine finished before its `done` is out."""
+"""Session logic that a socket cannot time: a context the engine finished before its `done` is out,
+and the listener's clock at the socket."""
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
@@ -8,9 +9,10 @@ import pytest
 from voicewire.engine import Engine, EngineConfig
 from voicewire.server import protocol as p
 from voicewire.server.config import ServerConfig
+from voicewire.server.encoder import AudioEncoder
 from voicewire.server.errors import ProtocolError
 from voicewire.server.metrics import Metrics
-from voicewire.server.session import Session
+from voicewire.server.session import Context, Session
 from voicewire.server.wire import MSGPACK, Codec
 
 
@@ -44,3 +46,56 @@ def test_a_context_the_engine_finished_is_closed_before_its_done(tiny_models, ve
     error = asyncio.run(run())
     assert error.code == "context_closed" and error.context_id == "short"
     assert "has finished" in error.message and "max_frames" in error.message
+
+
+class _Socket:
+    """The socket end of a session's send loop: what it wrote, in order."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    async def send_bytes(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
+def _histogram(metrics: Metrics, name: str) -> tuple[float, float]:
+    """(count, sum) of one of the session's histograms."""
+    values = {s.name: s.value for family in metrics.registry.collect() for s in family.samples}
+    return values[f"{name}_count"], values[f"{name}_sum"]
+
+
+def test_the_listener_at_the_socket_hears_the_gap_the_send_loop_made(tiny_models) -> None:
+    """Each audio message written to the socket feeds its context's player (a 200 ms start buffer):
+    240 ms of audio starts it, and a packet 0.6 s later comes after the buffer ran dry at 0.24 s,
+    so `socket_player_gap` gets one gap of about 0.36 s. Audio of an unknown context is not played."""
+
+    async def run() -> tuple[Metrics, _Socket]:
+        with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
+            socket, metrics = _Socket(), Metrics()
+            session = Session(socket, engine, Codec(MSGPACK), ServerConfig(), ThreadPoolExecutor(1), metrics)  # type: ignore[arg-type]
+            await session._handle(
+                p.Start(type="start", voice={"speaker": "vivian"}, format={"encoding": "pcm_s16le"})
+            )
+            session.contexts["c"] = Context("c", None, AudioEncoder(session._settings.format))  # type: ignore[arg-type,union-attr]
+            rate = session._settings.format.sample_rate  # type: ignore[union-attr]
+            packet = rate // 50  # 20 ms
+
+            def audio(context_id: str, seq: int) -> p.Audio:
+                return p.Audio(
+                    context_id=context_id, seq=seq, pts=seq * packet, samples=packet, data=b"\0\0" * packet
+                )
+
+            sender = asyncio.create_task(session._send_loop())
+            for seq in range(12):
+                session._emit(audio("c", seq))
+            session._emit(audio("gone", 0))
+            await asyncio.sleep(0.6)
+            session._emit(audio("c", 12))
+            session._outbox.put_nowait(None)
+            await sender
+            return metrics, socket
+
+    metrics, socket = asyncio.run(run())
+    assert len(socket.sent) == 1 + 14  # ready, then every audio message
+    count, total = _histogram(metrics, "voicewire_socket_player_gap_seconds")
+    assert count == 1 and 0.3 < total < 1.5
