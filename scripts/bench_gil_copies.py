@@ -6,10 +6,12 @@ few hundred elements, any torch op) must take it back afterwards, and a thread r
 only lets go of it at its switch interval (5 ms by default). This times, per call, the decoder's
 join of a chunk's samples (8 frames, 15,360 float32) as `np.concatenate` did it and as
 `decode_stage.join_samples` does; staging a 256-row decoder group's codes (256 x 8 x 16 int64) by
-numpy assignment and by `cuda_graphs.put_bytes`; and a torch op and a tensor slice (indexing keeps
-the GIL), alone and beside 1 or 2 threads that run Python without pause.
+numpy assignment and by `cuda_graphs.put_bytes`; a torch op and a tensor slice (indexing keeps
+the GIL); and a server worker's Opus encoding of an 8-frame chunk (32 packets of 20 ms at 48 kHz,
+each a call into libopus that lets go of the GIL), alone and beside 1 or 2 threads that run Python
+without pause. `--switch-interval-ms` sets the interpreter's switch interval first.
 
-Usage: python scripts/bench_gil_copies.py [--calls N] [--out FILE.json]
+Usage: python scripts/bench_gil_copies.py [--calls N] [--switch-interval-ms MS] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 
 from voicewire.engine.cuda_graphs import put_bytes
 from voicewire.engine.decode_stage import join_samples
+from voicewire.server.encoder import AudioEncoder, OutputFormat
 
 SAMPLES = 8 * 1920  # one 8-frame chunk at 24 kHz
 
@@ -48,12 +51,17 @@ def python_loop(stop: threading.Event) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--switch-interval-ms", type=float, help="the switch interval (5 ms by default)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.switch_interval_ms is not None:
+        sys.setswitchinterval(args.switch_interval_ms / 1000)
     rows = np.random.default_rng(0).random((64, SAMPLES), dtype=np.float32)  # a decoder pass's output
     small = torch.zeros(16)
     codes = np.ones((256, 8, 16), dtype=np.int64)  # a decoder group's codes
     staged = np.zeros(codes.size, dtype=np.int64)
+    opus = AudioEncoder(OutputFormat("opus", 48000))
+    speech = (0.1 * np.random.default_rng(1).standard_normal(SAMPLES)).astype(np.float32)
     calls: dict[str, Callable[[int], object]] = {
         "np.concatenate of one piece": lambda i: np.concatenate([rows[i % 64]]),
         "join_samples of one piece": lambda i: join_samples([rows[i % 64]]),
@@ -62,6 +70,7 @@ def main() -> None:
         "put_bytes of a group's codes": lambda i: put_bytes(staged, codes),
         "torch add of 16 floats": lambda i: small.add(1.0),
         "torch slice of 16 floats": lambda i: small[1:3],
+        "Opus encoding of an 8-frame chunk": lambda i: opus.encode(speech),
     }
     results = []
     for busy_threads in (0, 1, 2):
