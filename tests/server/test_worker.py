@@ -21,6 +21,7 @@ from tests.server.conftest import _descendants
 from tests.server.wsclient import WireClient
 from voicewire.engine import EngineConfig
 from voicewire.engine.engine_process import EngineProcess
+from voicewire.server import worker
 from voicewire.server.app import BackgroundServer
 from voicewire.server.config import ServerConfig
 from voicewire.server.worker import CRASH_LOOP_S, create_worker_app, worker_environment
@@ -38,6 +39,9 @@ async def _speak(url: str, text: str) -> tuple[str, int]:
 
 
 def test_a_worker_app_joins_the_engine_of_its_environment(tiny_checkpoints, monkeypatch) -> None:
+    # A worker app stops its process when it loses the engine. Here that process is pytest's: a
+    # failure before the app stops would end the whole run, unreported, once the engine closes.
+    monkeypatch.setattr(worker, "stop_this_process", lambda: None)
     config = ServerConfig(max_contexts=2)
     with EngineProcess.start(
         EngineConfig(model=str(tiny_checkpoints["custom_voice"]), max_streams=4)
