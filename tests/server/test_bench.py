@@ -143,7 +143,6 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         delivery = server["chunk_delivery_ms"]
         assert level["streams"] <= delivery["count"] <= 6 * level["streams"]  # chunks 1, 3, 3, 3, 3, 1
         assert 0 < delivery["total"] < level["wall_s"] * 1000 * delivery["count"]
-        assert server["socket_player_gap_ms"]["count"] >= 0
     assert table.read_text().count("\n| ") == 3  # header + two levels
     assert "chunks (frames): 1,3." in table.read_text()
 
