@@ -28,6 +28,18 @@ def test_profiles_cover_cpu_and_gpu() -> None:
     assert gpu.device == "cuda" and gpu.dtype == "bfloat16" and gpu.max_streams >= 256
 
 
+def test_gpu_profile_divides_the_cpus_among_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from voicewire.server.config import ServerConfig
+
+    server = ServerConfig.from_yaml(CONFIGS / "gpu.yaml")
+    # docs/benchmarks.md, session 41: 5 workers of 3 codec threads on a 16-CPU host (H100 boxes);
+    # with more workers than CPUs each still gets one.
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert (server.workers, server.codec_thread_count) == (5, 3)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    assert server.codec_thread_count == 1
+
+
 def test_overrides_and_schedule() -> None:
     config = EngineConfig.from_yaml(CONFIGS / "cpu.yaml", max_streams=3, device=None)
     assert config.max_streams == 3 and config.device == "cpu"
