@@ -42,6 +42,7 @@ from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.engine import Engine, EngineInfo, generation_options
 from voicewire.engine.errors import EngineError, EngineFull, StreamClosed, StreamFailed
 from voicewire.engine.gc_pauses import freeze_startup_heap
+from voicewire.engine.metrics import ProcessCpu
 from voicewire.engine.prompt import Voice
 from voicewire.engine.stream import AudioChunk, Done, Stream, StreamResult, caller_loop, chunk_or_end
 
@@ -305,6 +306,7 @@ def _child_main(
         log.exception("the engine did not start")
         owner.send(_StartFailed(f"{type(exc).__name__}: {exc}"))
         return
+    cpu = ProcessCpu("engine", engine.metrics.registry).start()
     try:
         threading.Thread(
             target=_accept_loop, args=(listener, engine, config), name="voicewire-accept", daemon=True
@@ -315,6 +317,7 @@ def _child_main(
     finally:
         listener.close()
         engine.close()
+        cpu.stop()
 
 
 # --- the parent --------------------------------------------------------------------------------

@@ -13,8 +13,10 @@ benchmarks report it.
 from __future__ import annotations
 
 import math
+import threading
+import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 SECONDS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
@@ -112,6 +114,68 @@ class EngineMetrics:
     def histograms(self) -> dict[str, dict[float, float]]:
         """This engine's histograms now, as `read_histograms` reads them from an exposition."""
         return read_histograms(generate_latest(self.registry).decode())
+
+
+PROCESS_CPU = "voicewire_process_cpu_seconds"
+
+
+class ProcessCpu:
+    """This process's CPU time, all threads, as a gauge labelled by role ("engine" or "server"),
+    set every `interval_s` by a daemon thread (so a reading may be that much old) and on `stop`. Under `voicewire serve` each process
+    keeps its own value (multiprocess mode "all" adds its pid), which prometheus-client's process
+    collector does not do; `voicewire bench` turns two readings into cores used per process."""
+
+    def __init__(self, role: str, registry: CollectorRegistry, interval_s: float = 0.5) -> None:
+        gauge = Gauge(
+            PROCESS_CPU,
+            "CPU time of this process, all its threads (user and system), by role",
+            ["role"],
+            registry=registry,
+            multiprocess_mode="all",
+        )
+        self._value = gauge.labels(role)
+        self._interval_s = interval_s
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"voicewire-cpu-{role}", daemon=True)
+
+    def start(self) -> ProcessCpu:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def sample(self) -> None:
+        self._value.set(time.process_time())
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval_s):
+            self.sample()
+
+
+def read_process_cpu(exposition: str) -> dict[tuple[str, str], float]:
+    """`ProcessCpu`'s values in a /metrics exposition, by (role, pid); the pid is "" for a server
+    in one process."""
+    for family in text_string_to_metric_families(exposition):
+        if family.name == PROCESS_CPU:
+            return {(s.labels["role"], s.labels.get("pid", "")): s.value for s in family.samples}
+    return {}
+
+
+def cores_used(
+    before: dict[tuple[str, str], float], after: dict[tuple[str, str], float], wall_s: float
+) -> dict:
+    """CPU cores each role's processes used between two `read_process_cpu` readings: per process,
+    largest first. A process that started meanwhile counts from 0; one that had ended before (its
+    last value stays in the metrics folder) is left out."""
+    by_role: dict[str, list[float]] = {}
+    for (role, pid), seconds in after.items():
+        used = seconds - before.get((role, pid), 0.0)
+        if used > 0:
+            by_role.setdefault(role, []).append(round(used / wall_s, 3) if wall_s > 0 else 0.0)
+    return {role: sorted(cores, reverse=True) for role, cores in sorted(by_role.items())}
 
 
 # The histograms an activity report reads: seconds (reported in ms) or stream counts.

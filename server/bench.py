@@ -379,10 +379,12 @@ def level_report(
     engine: dict | None = None,
     server_processes: list[int] | None = None,
     server: dict | None = None,
+    server_cores: dict | None = None,
 ) -> dict:
     """The JSON report of one level's runs, with the engine's view (`histogram_report`), the
-    sessions each server process took (`process_shares`) and the server's way from the engine to
-    the socket (`histogram_report` of `SERVER_HISTOGRAMS`) if given."""
+    sessions each server process took (`process_shares`), the server's way from the engine to
+    the socket (`histogram_report` of `SERVER_HISTOGRAMS`) and the cores its processes used
+    (`cores_used`) if given."""
     from voicewire.engine.playback import START_BUFFER_S  # as in simulated_underruns
 
     runs, wall = level.runs, level.wall_s
@@ -422,6 +424,9 @@ def level_report(
         # Python thread) and not the server may be what limits the level. Empty when run in process.
         "client_cpu_share": [round(cpu / wall, 3) for cpu in level.client_cpu_s] if wall > 0 else [],
         "sessions_per_server_process": server_processes or [],
+        # CPU cores each process of `voicewire serve` used in the level, by role ("engine": the
+        # engine process; "server": the workers), largest first; empty for a server in this process.
+        "server_cpu_cores": server_cores or {},
         "engine": engine or {},
         "server": server or {},
     }
@@ -430,10 +435,12 @@ def level_report(
 async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
     """One concurrency level, its sessions spread over `processes` client processes; returns its report."""
     before = await asyncio.to_thread(_scrape, load.url)
+    scraped = time.monotonic()
     level = await run_level(load, streams, processes)
+    between_scrapes_s = time.monotonic() - scraped
     after = await asyncio.to_thread(_scrape, load.url)
     # Here, not at the top: voicewire.engine brings torch, which the client processes do not need.
-    from voicewire.engine.metrics import histogram_report, read_histograms
+    from voicewire.engine.metrics import cores_used, histogram_report, read_histograms, read_process_cpu
     from voicewire.server.metrics import SERVER_HISTOGRAMS
 
     engine = histogram_report(read_histograms(before), read_histograms(after))
@@ -443,7 +450,8 @@ async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
         SERVER_HISTOGRAMS,
     )
     shares = process_shares(sessions_by_process(before), sessions_by_process(after))
-    return level_report(streams, load.frames, load.rate, level, engine, shares, server)
+    cores = cores_used(read_process_cpu(before), read_process_cpu(after), between_scrapes_s)
+    return level_report(streams, load.frames, load.rate, level, engine, shares, server, cores)
 
 
 def markdown(report: dict) -> str:

@@ -86,6 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
     from voicewire.engine import EngineConfig
     from voicewire.engine.engine_process import EngineProcess
     from voicewire.engine.gc_pauses import freeze_startup_heap
+    from voicewire.engine.metrics import ProcessCpu
     from voicewire.server.app import create_app, uvicorn_options
     from voicewire.server.config import ServerConfig
     from voicewire.server.worker import (
@@ -125,6 +126,7 @@ def _serve(args: argparse.Namespace) -> int:
         with _stopped_by_signal():
             if server_config.workers == 1:
                 app = create_app(engine, server_config, close_engine=True)
+                ProcessCpu("server", app.state.metrics.registry).start()
                 freeze_startup_heap()
                 uvicorn.run(app, **options)
             else:

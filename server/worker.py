@@ -24,6 +24,7 @@ from starlette.applications import Starlette
 
 from voicewire.engine.engine_process import EngineProcess
 from voicewire.engine.gc_pauses import freeze_startup_heap
+from voicewire.engine.metrics import ProcessCpu
 from voicewire.server.app import create_app
 from voicewire.server.config import LOG_FORMAT, ServerConfig
 
@@ -63,6 +64,7 @@ def create_worker_app() -> Starlette:
         os.environ[ENGINE_ADDRESS], bytes.fromhex(os.environ[ENGINE_KEY]), on_lost=stop_this_process
     )
     app = create_app(engine, config, close_engine=True)
+    ProcessCpu("server", app.state.metrics.registry).start()
     freeze_startup_heap()
     return app
 

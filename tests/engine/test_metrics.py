@@ -1,14 +1,20 @@
-"""engine/metrics.py: what the engine did between two readings of its histograms."""
+"""engine/metrics.py: what the engine did between two readings of its histograms, and the CPU
+its process used."""
 
-from prometheus_client import generate_latest
+import time
+
+from prometheus_client import CollectorRegistry, generate_latest
 
 from voicewire.engine.metrics import (
     ENGINE_HISTOGRAMS,
     SUM,
     EngineMetrics,
+    ProcessCpu,
+    cores_used,
     histogram_quantile,
     histogram_report,
     read_histograms,
+    read_process_cpu,
 )
 
 
@@ -39,3 +45,26 @@ def test_an_engines_own_histograms_read_as_a_scrape_reads_them() -> None:
     assert report["step_ms"] == {"count": 3, "total": 23.0, "p50": 4.25, "p95": 18.5}
     assert report["decode_streams"]["count"] == 1 and report["decode_streams"]["total"] == 3
     assert report["decode_ms"] == {"count": 0, "total": 0.0, "p50": None, "p95": None}
+
+
+def test_process_cpu_follows_this_process_and_reads_back_as_cores() -> None:
+    registry = CollectorRegistry()
+    cpu = ProcessCpu("engine", registry, interval_s=0.05).start()
+    try:
+        before = read_process_cpu(generate_latest(registry).decode())
+        assert set(before) == {("engine", "")}  # one process: no pid label
+        spin_until = time.process_time() + 0.3
+        while time.process_time() < spin_until:  # 0.3 s of CPU on this thread
+            pass
+        time.sleep(0.2)  # the sampler's next readings
+        after = read_process_cpu(generate_latest(registry).decode())
+    finally:
+        cpu.stop()
+    assert after[("engine", "")] - before[("engine", "")] >= 0.3
+    assert read_process_cpu("") == {}
+    # Under `voicewire serve` each process has its pid; one that started between the readings
+    # counts from 0, one that had ended (6) is left out. Cores are CPU seconds over the wall seconds between the readings.
+    before = {("engine", "7"): 10.0, ("server", "8"): 2.0, ("server", "6"): 5.0}
+    after = {("engine", "7"): 30.0, ("server", "8"): 12.0, ("server", "9"): 16.0, ("server", "6"): 5.0}
+    assert cores_used(before, after, 10.0) == {"engine": [2.0], "server": [1.6, 1.0]}
+    assert cores_used(before, after, 0.0) == {"engine": [0.0], "server": [0.0, 0.0]}

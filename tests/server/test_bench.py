@@ -40,6 +40,7 @@ REPORT_KEYS = {
     "client_cpu_share",
     "session_setup_ms",
     "sessions_per_server_process",
+    "server_cpu_cores",
     "engine",
     "server",
 }
@@ -107,6 +108,7 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         assert 0 < ended["p50"] <= ended["max"] <= level["wall_s"] + 0.01
         assert level["client_process_end_s"] == [pytest.approx(ended["max"], abs=0.01)]
         assert level["sessions_per_server_process"] == [level["streams"]]  # one server process
+        assert level["server_cpu_cores"] == {}  # only `voicewire serve`'s processes report their CPU
         assert set(level["underruns"]) == {
             "streams_with_underruns",
             "total",

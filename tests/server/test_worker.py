@@ -21,6 +21,7 @@ from tests.server.conftest import _descendants
 from tests.server.wsclient import WireClient
 from voicewire.engine import EngineConfig
 from voicewire.engine.engine_process import EngineProcess
+from voicewire.engine.metrics import read_process_cpu
 from voicewire.server import worker
 from voicewire.server.app import BackgroundServer
 from voicewire.server.config import ServerConfig
@@ -164,6 +165,13 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
             opened = _opened_by_process(port)
             assert sum(opened.values()) == 6 and 1 <= len(opened) <= workers
             assert set(opened) <= {str(pid) for pid in children} | {str(process.pid)}
+        # Each process's CPU time under its own pid and role: the engine process's and every
+        # process that serves sockets (the workers, or `serve` itself with one).
+        engine = re.search(r"engine process (\d+) ready", (tmp_path / "serve.log").read_text()).group(1)
+        servers = _worker_pids(process, tmp_path) if workers > 1 else [process.pid]
+        cpu = read_process_cpu(_exposition(port))
+        assert set(cpu) == {("engine", engine)} | {("server", str(pid)) for pid in servers}
+        assert all(seconds > 0.1 for seconds in cpu.values()), cpu  # loading, warm-up and 6 sessions
         # The gauges, summed over the workers, come back to 0 once every session has closed (a
         # worker may still be closing its last one when the clients are done).
         deadline = time.monotonic() + 20
