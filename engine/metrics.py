@@ -121,9 +121,10 @@ PROCESS_CPU = "voicewire_process_cpu_seconds"
 
 class ProcessCpu:
     """This process's CPU time, all threads, as a gauge labelled by role ("engine" or "server"),
-    set every `interval_s` by a daemon thread (so a reading may be that much old) and on `stop`. Under `voicewire serve` each process
-    keeps its own value (multiprocess mode "all" adds its pid), which prometheus-client's process
-    collector does not do; `voicewire bench` turns two readings into cores used per process."""
+    set every `interval_s` by a daemon thread (so a reading may be that old) and on `stop`. Under
+    `voicewire serve` each process keeps its own value (multiprocess mode "all" adds its pid), which
+    prometheus-client's process collector does not do; `voicewire bench` turns two readings into
+    the cores each process used."""
 
     def __init__(self, role: str, registry: CollectorRegistry, interval_s: float = 0.5) -> None:
         gauge = Gauge(

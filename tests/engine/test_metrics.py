@@ -56,14 +56,16 @@ def test_process_cpu_follows_this_process_and_reads_back_as_cores() -> None:
         spin_until = time.process_time() + 0.3
         while time.process_time() < spin_until:  # 0.3 s of CPU on this thread
             pass
-        time.sleep(0.2)  # the sampler's next readings
-        after = read_process_cpu(generate_latest(registry).decode())
+        deadline = time.monotonic() + 10
+        while (after := read_process_cpu(generate_latest(registry).decode()))[("engine", "")] < spin_until:
+            assert time.monotonic() < deadline, "the sampler thread did not set the gauge again"
+            time.sleep(0.05)
     finally:
         cpu.stop()
     assert after[("engine", "")] - before[("engine", "")] >= 0.3
     assert read_process_cpu("") == {}
     # Under `voicewire serve` each process has its pid; one that started between the readings
-    # counts from 0, one that had ended (6) is left out. Cores are CPU seconds over the wall seconds between the readings.
+    # counts from 0, one that had ended (6) is left out. Cores: CPU seconds over wall seconds.
     before = {("engine", "7"): 10.0, ("server", "8"): 2.0, ("server", "6"): 5.0}
     after = {("engine", "7"): 30.0, ("server", "8"): 12.0, ("server", "9"): 16.0, ("server", "6"): 5.0}
     assert cores_used(before, after, 10.0) == {"engine": [2.0], "server": [1.6, 1.0]}
