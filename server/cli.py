@@ -85,14 +85,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     from voicewire.engine import EngineConfig
     from voicewire.engine.engine_process import EngineProcess
-    from voicewire.engine.gc_pauses import freeze_startup_heap
-    from voicewire.engine.metrics import ProcessCpu
-    from voicewire.server.app import create_app, uvicorn_options
+    from voicewire.server.app import uvicorn_options
     from voicewire.server.config import ServerConfig
     from voicewire.server.worker import (
         WORKER_APP,
         can_balance_connections,
         serve_workers,
+        serving_app,
         stop_this_process,
         worker_environment,
     )
@@ -125,10 +124,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
         with _stopped_by_signal():
             if server_config.workers == 1:
-                app = create_app(engine, server_config, close_engine=True)
-                ProcessCpu("server", app.state.metrics.registry).start()
-                freeze_startup_heap()
-                uvicorn.run(app, **options)
+                uvicorn.run(serving_app(engine, server_config), **options)
             else:
                 os.environ.update(worker_environment(engine, server_config))
                 if can_balance_connections():

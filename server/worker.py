@@ -56,6 +56,15 @@ def stop_this_process() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def serving_app(engine: EngineProcess, config: ServerConfig) -> Starlette:
+    """The app of a process that serves sockets for `voicewire serve` (a worker, or `serve` itself
+    with one): it reports its CPU time, and its start-up heap is frozen once it is built."""
+    app = create_app(engine, config, close_engine=True)
+    ProcessCpu("server", app.state.metrics.registry).start()
+    freeze_startup_heap()
+    return app
+
+
 def create_worker_app() -> Starlette:
     """uvicorn's app factory in each worker process."""
     logging.basicConfig(level=int(os.environ.get(LOG_LEVEL, logging.INFO)), format=LOG_FORMAT)
@@ -63,10 +72,7 @@ def create_worker_app() -> Starlette:
     engine = EngineProcess.connect(
         os.environ[ENGINE_ADDRESS], bytes.fromhex(os.environ[ENGINE_KEY]), on_lost=stop_this_process
     )
-    app = create_app(engine, config, close_engine=True)
-    ProcessCpu("server", app.state.metrics.registry).start()
-    freeze_startup_heap()
-    return app
+    return serving_app(engine, config)
 
 
 WORKER_APP = "voicewire.server.worker:create_worker_app"

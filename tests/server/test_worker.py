@@ -167,7 +167,7 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
             assert set(opened) <= {str(pid) for pid in children} | {str(process.pid)}
         # Each process's CPU time under its own pid and role: the engine process's and every
         # process that serves sockets (the workers, or `serve` itself with one).
-        engine = re.search(r"engine process (\d+) ready", (tmp_path / "serve.log").read_text()).group(1)
+        engine = str(_engine_pid(tmp_path))
         servers = _worker_pids(process, tmp_path) if workers > 1 else [process.pid]
         cpu = read_process_cpu(_exposition(port))
         assert set(cpu) == {("engine", engine)} | {("server", str(pid)) for pid in servers}
@@ -191,9 +191,14 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
     assert len(re.findall(r"froze \d+ start-up objects", log)) == 1 + workers
 
 
+def _engine_pid(tmp_path: Path) -> int:
+    """The engine process of the server `_serve` started, as its log names it."""
+    return int(re.search(r"engine process (\d+) ready", (tmp_path / "serve.log").read_text()).group(1))
+
+
 def _worker_pids(process: subprocess.Popen, tmp_path: Path) -> list[int]:
     """The server's worker processes: its spawned children other than the engine process."""
-    engine = int(re.search(r"engine process (\d+) ready", (tmp_path / "serve.log").read_text()).group(1))
+    engine = _engine_pid(tmp_path)
     children = [
         int(pid)
         for task in Path(f"/proc/{process.pid}/task").glob("*")
@@ -295,7 +300,7 @@ def test_a_server_whose_engine_dies_stops(tiny_checkpoints, tmp_path: Path, work
     """Nothing is left listening that can only fail: a supervisor sees the exit and restarts it."""
     process, _, children = _serve(tiny_checkpoints, tmp_path, workers=workers)
     try:
-        engine = int(re.search(r"engine process (\d+) ready", (tmp_path / "serve.log").read_text()).group(1))
+        engine = _engine_pid(tmp_path)
         assert engine in children
         os.kill(engine, signal.SIGKILL)
         assert process.wait(timeout=60) != 0
