@@ -204,11 +204,16 @@ def _worker_pids(process: subprocess.Popen, tmp_path: Path) -> list[int]:
         for task in Path(f"/proc/{process.pid}/task").glob("*")
         for pid in (task / "children").read_text().split()
     ]
-    return [
-        pid
-        for pid in children
-        if pid != engine and b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ]
+    return [pid for pid in children if pid != engine and b"spawn_main" in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> bytes:
+    """A process's command line; empty once it is gone (a killed worker can leave the list of
+    children between the listing and this read)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return b""
 
 
 def test_a_busy_worker_does_not_take_every_waiting_connection(tiny_checkpoints, tmp_path: Path) -> None:
