@@ -17,6 +17,10 @@ MSGPACK = "voicewire.v1.msgpack"
 JSON = "voicewire.v1.json"
 SUBPROTOCOLS = (MSGPACK, JSON)
 
+# A message nests three levels at most; a frame nested past what a decoder allows is refused as it is
+# decoded, the same way on both codecs.
+TOO_DEEP = "the frame nests arrays or maps too deeply to decode"
+
 
 def _describe(exc: ValidationError) -> str:
     parts = []
@@ -71,6 +75,8 @@ class Codec:
                 raise ProtocolError("wrong_frame_type", f"{MSGPACK} takes binary frames, got a text frame")
             try:
                 decoded = msgpack.unpackb(data, raw=False, strict_map_key=True)
+            except msgpack.StackError:  # its unpacker stops at 1024 levels
+                raise ProtocolError("bad_message", TOO_DEEP) from None
             except Exception:
                 raise ProtocolError("bad_message", "the frame is not valid msgpack") from None
         else:
@@ -78,6 +84,8 @@ class Codec:
                 raise ProtocolError("wrong_frame_type", f"{JSON} takes text frames, got a binary frame")
             try:
                 decoded = json.loads(text)
+            except RecursionError:  # json's C decoder recurses once per level, up to the interpreter's limit
+                raise ProtocolError("bad_message", TOO_DEEP) from None
             except ValueError:
                 raise ProtocolError("bad_message", "the frame is not valid JSON") from None
         return parse(decoded)

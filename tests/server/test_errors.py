@@ -1,13 +1,16 @@
 """Every malformed or out-of-order message gets its documented error code; other contexts go on."""
 
 import asyncio
+import logging
 import re
 from pathlib import Path
 
 import msgpack
 import pytest
 
+from tests.server.conftest import running_server
 from tests.server.wsclient import JSON, MSGPACK, WireClient
+from voicewire.server.config import ServerConfig
 from voicewire.server.errors import CODES
 
 DOC = Path(__file__).parents[2] / "docs" / "protocol.md"
@@ -65,6 +68,8 @@ MALFORMED = [
         "live",
     ),
     ("ping id a map", _raw({"type": "ping", "id": {"a": 1}}), "invalid_message", None),
+    ("deeply nested", b"\x91" * 3000 + b"\xc0", "bad_message", None),  # msgpack's stack holds 1024
+    ("deeply nested ping id", b"\x82\xa4type\xa4ping\xa2id" + b"\x91" * 3000 + b"\xc0", "bad_message", None),
     ("second start", _raw({"type": "start"}), "already_started", None),
     (
         "oversize text",
@@ -195,6 +200,55 @@ def test_json_frame_errors(server) -> None:
     binary, broken, pong = asyncio.run(run())
     assert binary["code"] == "wrong_frame_type" and broken["code"] == "bad_message"
     assert pong == {"type": "pong", "id": "p1"}
+
+
+DEEP = 50_000  # nested arrays: past json's recursion limit on any Python, in a 100 kB frame
+
+
+@pytest.fixture(scope="module")
+def roomy(tiny_models):
+    """A server whose frames may hold a deeply nested JSON document."""
+    config = ServerConfig(max_message_bytes=2**18)
+    with running_server(tiny_models["custom_voice"], config) as running:
+        yield running
+
+
+def test_a_deeply_nested_json_frame_is_not_fatal(roomy, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    frames = {
+        "nested arrays": "[" * DEEP + "]" * DEEP,
+        "nested in ping.id": '{"type": "ping", "id": ' + "[" * DEEP + "]" * DEEP + "}",
+    }
+
+    async def run():
+        client = await WireClient.open(roomy.url, JSON)
+        errors = {}
+        for name, frame in frames.items():
+            await client.ws.send(frame)
+            errors[name] = await client.recv()
+        # The session goes on: it answers, starts and speaks.
+        await client.send({"type": "ping", "id": "after"})
+        pong = await client.recv()
+        await client.start(**START)
+        await client.send({"type": "text", "context_id": "c", "text": "Hi there."})
+        audio, _ = await client.until(lambda m: m["type"] == "audio")
+        await client.send({"type": "cancel", "context_id": "c"})
+        await client.close()
+        return errors, pong, audio
+
+    errors, pong, audio = asyncio.run(run())
+    for name, error in errors.items():
+        assert (error["type"], error["code"], error["fatal"], error["context_id"]) == (
+            "error",
+            "bad_message",
+            False,
+            None,
+        ), name
+        assert "too deeply" in error["message"], name
+    assert pong == {"type": "pong", "id": "after"} and audio["context_id"] == "c"
+    # A client's mistake is a log line, not a traceback.
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert any("bad_message" in r.getMessage() for r in caplog.records)
 
 
 def test_every_code_is_documented() -> None:

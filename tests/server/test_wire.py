@@ -39,3 +39,32 @@ def test_validation_names_the_field() -> None:
     assert info.value.code == "invalid_message"
     assert "missing field 'text'" in info.value.message and "unknown field 'txt'" in info.value.message
     assert info.value.context_id == "a"
+
+
+DEEP = 50_000  # levels; far past json's recursion limit and msgpack's 1024-level stack
+
+
+@pytest.mark.parametrize(
+    ("name", "subprotocol", "frame"),
+    [
+        ("json arrays", JSON, "[" * DEEP + "]" * DEEP),
+        ("json inside ping.id", JSON, '{"type": "ping", "id": ' + "[" * DEEP + "]" * DEEP + "}"),
+        ("json maps", JSON, '{"a": ' * DEEP + "1" + "}" * DEEP),
+        ("msgpack arrays", MSGPACK, b"\x91" * DEEP + b"\xc0"),
+        ("msgpack inside ping.id", MSGPACK, b"\x82\xa4type\xa4ping\xa2id" + b"\x91" * DEEP + b"\xc0"),
+    ],
+)
+def test_a_deeply_nested_frame_is_a_bad_message(name: str, subprotocol: str, frame: str | bytes) -> None:
+    codec = Codec(subprotocol)
+    with pytest.raises(ProtocolError) as info:
+        codec.decode(*((frame, None) if isinstance(frame, str) else (None, frame)))
+    assert (info.value.code, info.value.fatal, info.value.context_id) == ("bad_message", False, None), name
+    assert "too deeply" in info.value.message, name
+    # The codec still decodes the next frame.
+    ping = {"type": "ping", "id": "p1"}
+    after = (
+        codec.decode(json.dumps(ping), None)
+        if subprotocol == JSON
+        else codec.decode(None, msgpack.packb(ping))
+    )
+    assert after == p.Ping(type="ping", id="p1")
