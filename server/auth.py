@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import threading
 from collections import Counter
@@ -25,6 +26,10 @@ from voicewire.server.errors import ProtocolError
 
 TOKEN_PREFIX = "voicewire.token."
 ANONYMOUS = "anonymous"
+
+# What `mint` makes: itsdangerous's payload.timestamp.signature, each part URL-safe base64 (a
+# compressed payload leads with '.'). A Bearer credential of any other shape is taken for a key.
+_TOKEN_SHAPE = re.compile(r"\.?[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
 
 def key_id(key: str) -> str:
@@ -64,7 +69,9 @@ class Auth:
                 "unauthorized", "the token has expired; mint a new one with POST /v1/tokens"
             ) from None
         except BadSignature:
-            raise ProtocolError("unauthorized", "the token is not valid") from None
+            raise ProtocolError(
+                "unauthorized", "the token is not valid: this server did not mint it, or it was altered"
+            ) from None
         identity = payload.get("k") if isinstance(payload, dict) else None
         if identity not in self._keys:
             raise ProtocolError("unauthorized", "the token's key is no longer accepted")
@@ -86,8 +93,11 @@ class Auth:
             identity = self._check_key(credential)
             if identity is not None:
                 return identity
+            # Say which was wrong, the key or the token, and nothing of the keys there are.
+            if not _TOKEN_SHAPE.fullmatch(credential):
+                raise ProtocolError("unauthorized", "the API key is not valid")
             if not tokens_allowed:
-                raise ProtocolError("unauthorized", "this needs an API key")
+                raise ProtocolError("unauthorized", "this needs an API key; a token is not accepted here")
             return self._check_token(credential)
         if token and tokens_allowed:
             return self._check_token(token)

@@ -11,7 +11,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from tests.server.conftest import running_server
+from voicewire.server.auth import Auth
 from voicewire.server.config import ServerConfig
+from voicewire.server.errors import ProtocolError
 from voicewire.server.wire import MSGPACK
 
 KEY = "sk-test-123"
@@ -49,22 +51,31 @@ def _token(server) -> str:
 
 def test_refusals(secured) -> None:
     cases = {
-        "no credentials": ({}, "", "unauthorized", 4401),
-        "wrong key": ({"authorization": "Bearer sk-wrong"}, "", "unauthorized", 4401),
+        "no credentials": ({}, "", "unauthorized", 4401, "no credentials"),
+        "wrong key": ({"authorization": "Bearer sk-wrong"}, "", "unauthorized", 4401, "the API key is"),
         "bad origin": (
             {"authorization": f"Bearer {KEY}", "origin": "https://evil.example"},
             "",
             "forbidden_origin",
             4403,
+            "origin",
         ),
-        "forged token": ({}, "?token=abc.def.ghi", "unauthorized", 4401),
+        "forged token": ({}, "?token=abc.def.ghi", "unauthorized", 4401, "the token is"),
+        "forged bearer token": (
+            {"authorization": "Bearer abc.def.ghi"},
+            "",
+            "unauthorized",
+            4401,
+            "the token is",
+        ),
     }
-    for name, (headers, query, code, close) in cases.items():
+    for name, (headers, query, code, close, says) in cases.items():
         outcome, (error, close_code) = asyncio.run(_attempt(secured.url, headers=headers, query=query))
         assert outcome == "refused", name
         assert (error["type"], error["code"], error["fatal"], close_code) == ("error", code, True, close), (
             name
         )
+        assert says in error["message"] and KEY not in error["message"], (name, error["message"])
     assert secured.engine.live_streams == 0  # no engine work for any of them
 
 
@@ -129,3 +140,43 @@ def test_http_needs_a_key_or_token(secured) -> None:
     ok = httpx.get(f"{secured.http}/v1/voices", headers={"authorization": f"Bearer {KEY}"}, timeout=10)
     assert ok.status_code == 200 and ok.json()["variant"] == "custom_voice"
     assert httpx.get(f"{secured.http}/health", timeout=10).status_code == 200  # liveness stays open
+
+
+def test_a_refusal_names_the_wrong_credential_and_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VOICEWIRE_API_KEYS", "sk-from-env")
+    auth = Auth(ServerConfig(api_keys=(KEY,)))
+    token = auth.mint("key-0000000000")  # signed here, for a key that is not configured
+
+    def refusal(credential: str | None = None, token: str | None = None, tokens_allowed: bool = True) -> str:
+        headers = {"authorization": f"Bearer {credential}"} if credential else {}
+        with pytest.raises(ProtocolError) as info:
+            auth.identify(headers, token, tokens_allowed)
+        assert info.value.code == "unauthorized"
+        return info.value.message
+
+    messages = {
+        "wrong key": refusal("sk-test-124"),
+        "wrong key, keys only": refusal("sk-wrong", tokens_allowed=False),
+        "a key's prefix": refusal(KEY[:-1]),
+        "forged bearer token": refusal("abc.def.ghi"),
+        "forged token": refusal(token="abc.def.ghi"),
+        "altered token": refusal(token=_mint_for(auth, KEY)[:-2] + "xx"),
+        "unknown key's token": refusal(token=token),
+        "token where a key is needed": refusal(_mint_for(auth, KEY), tokens_allowed=False),
+    }
+    assert messages["wrong key"] == messages["wrong key, keys only"] == messages["a key's prefix"]
+    assert messages["wrong key"] == "the API key is not valid"
+    assert messages["forged bearer token"] == messages["forged token"] == messages["altered token"]
+    assert messages["forged token"].startswith("the token is not valid")
+    assert messages["unknown key's token"] == "the token's key is no longer accepted"
+    assert messages["token where a key is needed"].startswith("this needs an API key")
+    for name, message in messages.items():
+        assert "token" not in message if name.startswith(("wrong key", "a key")) else "token" in message, name
+        assert KEY not in message and "sk-from-env" not in message and "sk-" not in message, name
+    # Both keys still work, and so does a token minted for one.
+    assert auth.identify({"authorization": "Bearer sk-from-env"}).startswith("key-")
+    assert auth.identify({}, _mint_for(auth, KEY)) == auth.identify({"authorization": f"Bearer {KEY}"})
+
+
+def _mint_for(auth: Auth, key: str) -> str:
+    return auth.mint(auth.identify({"authorization": f"Bearer {key}"}))
