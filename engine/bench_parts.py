@@ -1,7 +1,8 @@
 """`voicewire bench-parts`: the pipeline's GPU pieces timed one at a time, as in the step, prefill
-and decoder tables of docs/benchmarks.md. The frame step per batch size and prompt length (which
-sets the attention span), the batched prefill, the codec decoder per (batch, frames), and with
-`profile` the largest kernels of one eager step and one eager decode (torch.profiler).
+and decoder tables of docs/log/2026-11.md ("One frame, step by step"). The frame step per batch
+size and prompt length (which sets the attention span), the batched prefill, the codec decoder per
+(batch, frames), and with `profile` the largest kernels of one eager step and one eager decode
+(torch.profiler).
 
 Each piece runs as the engine runs it: graphed and fused on CUDA when the config says so, padded
 to the same buckets otherwise.

@@ -13,7 +13,7 @@ def pinned(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """`host` in page-locked memory when it is bound for a CUDA device, to copy with
     non_blocking=True, so the driver need not stage it. (A blocking copy or a scalar write from
     pageable memory waits for every launch before it on the stream; a non_blocking one from
-    pageable memory is staged at once and does not: docs/benchmarks.md, "Host copies".) Each call
+    pageable memory is staged at once and does not: docs/log/2026-11.md, "Host copies".) Each call
     takes a block that the caching host allocator keeps until the copy has run, so the caller may
     build the next input at once."""
     return host.pin_memory() if device.type == "cuda" and host.device.type == "cpu" else host

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 GRAPH_FRAMES = (8, 4, 2, 1)  # frame counts with a graph, largest first: any count is a sum of them
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 # cuDNN candidates timed per conv shape while capturing batches over FEW_CANDIDATES_ABOVE rows
-# (docs/benchmarks.md, "Start-up time"); smaller batches time cuDNN's default number
+# (docs/log/2026-11.md, "Start-up time"); smaller batches time cuDNN's default number
 CUDNN_CANDIDATES = 3
 FEW_CANDIDATES_ABOVE = 64
 

@@ -13,8 +13,8 @@ constant. In half precision it takes the GPU's fast sine (`sin.approx`, libdevic
 whose error is far below the one rounding to bfloat16 at the store; float32 keeps the precise one.
 The 29 activations of a pass of 64 rows x 8 frames on an H100: 3.69 ms as inductor compiled them,
 2.90 here with the precise sine, 2.17 with the fast one (2.3-2.8 TB/s; `python
-scripts/bench_fused_layer.py snake`, docs/benchmarks.md, "The activation kernel"). The math is
-`pointwise.snake_beta`'s, in float32.
+scripts/bench_fused_layer.py snake`, docs/log/2026-11.md, "The activation kernel"). The math
+is `pointwise.snake_beta`'s, in float32.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ decoded, no event sent. A collection of the oldest generation walks every tracke
 after start-up the engine's process holds hundreds of thousands of them (torch and its compiler,
 the compiled kernels, the captured graphs), none of which ever becomes garbage. On the lent H100
 host single allocations in the engine's threads held the interpreter for 0.7-0.8 s, in the middle
-of 256 streams (py-spy, docs/benchmarks.md).
+of 256 streams (py-spy, docs/log/2026-11.md, "Garbage-collector pauses").
 `freeze_startup_heap` moves that heap out of the collector's sight once the engine is up, so later
 collections only walk what was made since; `GcPauses` times every collection into the engine's
 metrics, where a regression shows. The server's processes freeze theirs too: they import torch

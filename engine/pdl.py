@@ -9,8 +9,8 @@ reads hide behind the first one's work. Every kernel launched this way must wait
 or writes anything another kernel touches.
 
 On by default on Hopper and later: on an H100 it took the one-stream frame step from 3.49 to
-3.06 ms (docs/benchmarks.md). `VOICEWIRE_PDL=0` turns it off, a switch for A/Bs and for drivers
-that mishandle it.
+3.06 ms (docs/log/2026-11.md, "Programmatic dependent launch"). `VOICEWIRE_PDL=0` turns it
+off, a switch for A/Bs and for drivers that mishandle it.
 """
 
 from __future__ import annotations

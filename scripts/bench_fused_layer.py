@@ -1,5 +1,5 @@
 """The engine's Triton kernels against what they replace on a GPU, at 0.6B shapes in bfloat16, each
-figure a CUDA graph of the work replayed (CUDA only; docs/benchmarks.md, "The fused layer" and
+figure a CUDA graph of the work replayed (CUDA only; docs/log/2026-11.md, "The fused layer" and
 "The activation kernel").
 
   stack      a code-predictor frame (its 5 layers run 15 times: 2 positions, then 14 x 1) and a

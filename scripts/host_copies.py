@@ -2,7 +2,7 @@
 
 Queues ~0.6 s of matmuls on a side stream, then times, on the host, one copy onto that stream of
 each kind and size: a blocking copy and a non_blocking one from pageable memory, a scalar write
-(`t[0] = v`), and pin_memory() with a non_blocking copy. docs/benchmarks.md ("Host copies") quotes
+(`t[0] = v`), and pin_memory() with a non_blocking copy. docs/log/2026-11.md ("Host copies") quotes
 a run on an H100. Usage: python scripts/host_copies.py
 """
 
