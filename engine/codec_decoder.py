@@ -569,7 +569,8 @@ class CodecDecoder(nn.Module):
 
 
 def random_init_(module: CodecDecoder, gen: torch.Generator) -> None:
-    """Scaled random weights (DESIGN.md §2) so the audio is loud enough and depends on the codes."""
+    """Scaled random weights so the audio is loud enough and depends on the codes: with N(0, 0.02)
+    weights and zero codebooks it would be near-silent, and the same for any codes."""
 
     def normal(t: Tensor, std: float, mean: float = 0.0) -> None:
         t.copy_(torch.randn(t.shape, generator=gen) * std + mean)

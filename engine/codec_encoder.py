@@ -398,7 +398,8 @@ class CodecEncoder(nn.Module):
 
 
 def random_init_(module: CodecEncoder, gen: torch.Generator) -> None:
-    """Scaled random weights and random codebooks (DESIGN.md §2) so the codes depend on the audio."""
+    """Scaled random weights and random codebooks so the codes depend on the audio: with zero
+    codebooks every frame would get the same codes."""
 
     def normal(t: Tensor, std: float, mean: float = 0.0) -> None:
         t.copy_(torch.randn(t.shape, generator=gen) * std + mean)

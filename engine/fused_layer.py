@@ -1,4 +1,5 @@
-"""A decoder layer in five Triton kernels, for steps of a few rows (CUDA, fusion on).
+"""A decoder layer in five Triton kernels, for steps of a few rows, and its attention kernel for decode
+steps at any batch (CUDA, fusion on).
 
 At one stream a frame runs 103 layer passes (28 talker layers, then the code predictor's 5 layers
 15 times), and launch-bound kernels, not weight reads, set its time: the unfused layer is about a
@@ -12,7 +13,9 @@ dozen kernels. Here a layer is
 
 and each projection is a GEMV that reads every weight once for all rows. Only the order of float
 sums differs from the unfused layer (`layers.DecoderLayer`), which stays the path for larger
-batches, prefills and CPUs.
+batches (above `MAX_ROWS` cuBLAS's GEMMs win), prefills and CPUs. At larger batches the unfused
+layer still takes kernel 2 as its attention wherever `attends` allows (up to `MAX_QUERY_ROWS` query
+rows per key head): each row reads its keys only up to its own position, not the whole span.
 """
 
 from __future__ import annotations
@@ -123,7 +126,7 @@ def _gemv_kernel(
 
 
 def _gemv_blocks(n: int, k: int, m: int) -> tuple[int, int]:
-    """(BLOCK_N, BLOCK_K), as timed on an H100 (docs/benchmarks.md, "The fused layer"): few output
+    """(BLOCK_N, BLOCK_K), as timed on an H100 (docs/log/2026-11.md, "The fused layer"): few output
     columns and long K strips per program, then shorter strips where the rows' product would
     spill registers."""
     block_k = min(1024, triton.next_power_of_2(k))

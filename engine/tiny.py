@@ -1,8 +1,9 @@
 """Random checkpoints in the exact published Qwen3-TTS layout (`voicewire make-checkpoint`).
 
 `tiny` is small enough for CPU tests; `0.6b` and `1.7b` have the real sizes, for speed work.
-The weights are random but scaled (fan-in linears, unit-variance embeddings, random codebooks)
-so that the audio is not near-silent and depends on the text; see DESIGN.md §2.
+The weights are random but scaled (fan-in linears, unit-variance embeddings, random codebooks):
+with the usual N(0, 0.02) init and all-zero codebooks the audio comes out near-silent and ignores
+the text.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 VARIANTS = ("base", "custom_voice", "voice_design")
 SIZES = ("tiny", "0.6b", "1.7b")
 
-# Codec control ids as released (DESIGN.md §2).
+# Codec control ids as in the released checkpoints' config.json (`talker_config`).
 CODEC_IDS = {
     "codec_pad_id": 2148,
     "codec_bos_id": 2149,

@@ -11,7 +11,7 @@ version=${1:-3.12}
 dir=${2:-.whl}
 mkdir -p "$dir"
 # What pyproject.toml needs beyond torch, numpy, safetensors, tokenizers, pyyaml and huggingface_hub,
-# which such a host's PyTorch image carries (its package list: /work/.library/device/KINDS.md);
+# which such a host's PyTorch image carries;
 # pydantic (with its typing-extensions floor) and soundfile's cffi are not in it.
 packages=(starlette uvicorn h11 msgpack websockets prometheus-client itsdangerous soxr soundfile
   cffi pycparser pydantic pydantic-core annotated-types typing-inspection typing-extensions)

@@ -1,1 +1,2 @@
-"""voicewire.server: the CLI now; the Starlette app and protocol later."""
+"""voicewire.server: the streaming server (Starlette app, protocol v1, HTTP speech API, sessions, audio
+encoding, auth, metrics, worker processes), the `voicewire` CLI and `voicewire bench`."""
