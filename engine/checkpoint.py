@@ -32,12 +32,18 @@ REQUIRED_FILES = (
     "config.json",
     "generation_config.json",
     "model.safetensors",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer_config.json",
     "speech_tokenizer/config.json",
     "speech_tokenizer/model.safetensors",
 )
+# The text tokenizer comes in either of two forms, and a checkpoint holds at least one: the fast
+# tokenizer's one file, which `save_pretrained` writes and many mirrors and fine-tunes ship, or the
+# vocabulary and merges Qwen publishes, with the special tokens in tokenizer_config.json.
+TOKENIZER_FORMS = (("tokenizer.json",), ("vocab.json", "merges.txt", "tokenizer_config.json"))
+
+
+def tokenizer_forms_text() -> str:
+    """The forms as a reader sees them: `tokenizer.json, or vocab.json + merges.txt + ...`."""
+    return ", or ".join(" + ".join(form) for form in TOKENIZER_FORMS)
 
 
 class CheckpointError(Exception):
@@ -83,7 +89,8 @@ def resolve_model_dir(path_or_id: str | Path) -> Path:
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
         raise CheckpointError(
             f"could not get {path_or_id!r} from the Hugging Face hub or its local cache "
-            f"(looked for {', '.join(REQUIRED_FILES)}): {exc}. Pass a local folder with --model PATH, "
+            f"(looked for {', '.join(REQUIRED_FILES)}, and a text tokenizer: {tokenizer_forms_text()}): "
+            f"{exc}. Pass a local folder with --model PATH, "
             "or --model tiny for the built-in random checkpoint."
         ) from exc
     _check_layout(folder)
@@ -92,6 +99,8 @@ def resolve_model_dir(path_or_id: str | Path) -> Path:
 
 def _check_layout(folder: Path) -> None:
     missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
+    if not any(all((folder / name).is_file() for name in form) for form in TOKENIZER_FORMS):
+        missing.append(f"a text tokenizer ({tokenizer_forms_text()})")
     if missing:
         raise CheckpointError(f"checkpoint folder {folder} is missing: {', '.join(missing)}")
 

@@ -1,7 +1,9 @@
 """The Qwen2 byte-level BPE text tokenizer, built with `tokenizers` from a checkpoint folder.
 
-Checkpoints ship vocab.json + merges.txt + tokenizer_config.json (special tokens in
-`added_tokens_decoder`); a tokenizer.json is used when present.
+Qwen publishes vocab.json + merges.txt + tokenizer_config.json (special tokens in
+`added_tokens_decoder`); `save_pretrained`, and many mirrors and fine-tunes, ship one tokenizer.json
+(special tokens in `added_tokens`) instead. Either gives the same ids; tokenizer.json is used when
+present, and tokenizer_config.json's added tokens are honoured beside it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from voicewire.engine.checkpoint import CheckpointError, read_json
+from voicewire.engine.checkpoint import CheckpointError, read_json, tokenizer_forms_text
 
 # Qwen2's split regex, and the one the official loader swaps in (transformers 4.57.3 with
 # fix_mistral_regex=True replaces it unless config.json's transformers_version is <= 4.57.2 or >= 5).
@@ -82,9 +84,18 @@ class TextTokenizer:
         folder = Path(folder)
         config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
         if (folder / "tokenizer.json").is_file():
-            tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+            spec, where = _fast_spec(folder / "tokenizer.json"), "tokenizer.json"
+        elif (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+            spec, where = _spec_from_vocab_and_merges(folder), "vocab.json + merges.txt"
         else:
-            tok = _from_vocab_and_merges(folder)
+            raise CheckpointError(f"{folder} holds no text tokenizer: it needs {tokenizer_forms_text()}")
+        tok = _with_added_tokens(spec, folder, where)
+        # The chat markers the prompt spells out in text must each be one token.
+        for marker in ("<|im_start|>", "<|im_end|>"):
+            if tok.token_to_id(marker) is None:
+                raise CheckpointError(
+                    f"{folder}: the text tokenizer ({where}) does not declare the special token {marker!r}"
+                )
         regex = PATCHED_REGEX if _uses_patched_regex(config) else QWEN2_REGEX
         tok.pre_tokenizer = pre_tokenizers.Sequence(
             [
@@ -112,10 +123,24 @@ class TextTokenizer:
         return found
 
 
-def _from_vocab_and_merges(folder: Path) -> Tokenizer:
-    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
-        if not (folder / name).is_file():
-            raise CheckpointError(f"tokenizer file {folder / name} is missing")
+def _fast_spec(path: Path) -> dict:
+    """tokenizer.json as `tokenizers` writes it, checked to be a BPE (its added tokens kept)."""
+    spec = read_json(path)
+    model = spec.get("model") if isinstance(spec, dict) else None
+    kind = model.get("type") if isinstance(model, dict) else None
+    if kind != "BPE":
+        raise CheckpointError(f"{path} holds a {kind or 'missing'} model; Qwen's text tokenizer is a BPE")
+    if not isinstance(spec.get("added_tokens"), list):
+        spec["added_tokens"] = []
+    return spec
+
+
+def _spec_from_vocab_and_merges(folder: Path) -> dict:
+    """The tokenizer.json that vocab.json + merges.txt make (Qwen2Converter's), before added tokens."""
+    if not (folder / "tokenizer_config.json").is_file():
+        raise CheckpointError(
+            f"tokenizer file {folder / 'tokenizer_config.json'} is missing (it declares the special tokens)"
+        )
     vocab = read_json(folder / "vocab.json")
     merges: list[tuple[str, str]] = []
     with open(folder / "merges.txt", encoding="utf-8") as f:
@@ -138,27 +163,50 @@ def _from_vocab_and_merges(folder: Path) -> Tokenizer:
     )
     tok.normalizer = normalizers.NFC()
     tok.decoder = decoders.ByteLevel()
-    added = read_json(folder / "tokenizer_config.json").get("added_tokens_decoder", {})
-    # The tokenizers API numbers added tokens after the vocabulary; its JSON form keeps given ids.
-    spec = json.loads(tok.to_str())
-    spec["added_tokens"] = [
-        {
-            "id": int(token_id),
-            "content": entry["content"],
-            "single_word": entry.get("single_word", False),
-            "lstrip": entry.get("lstrip", False),
-            "rstrip": entry.get("rstrip", False),
-            "normalized": entry.get("normalized", False),
-            "special": entry.get("special", True),
-        }
-        for token_id, entry in sorted(added.items(), key=lambda kv: int(kv[0]))
-    ]
-    tok = Tokenizer.from_str(json.dumps(spec))
-    for token_id, entry in added.items():
-        if tok.token_to_id(entry["content"]) != int(token_id):
+    return json.loads(tok.to_str())
+
+
+def _with_added_tokens(spec: dict, folder: Path, where: str) -> Tokenizer:
+    """The tokenizer of `spec` with tokenizer_config.json's added tokens (when there is one) at their
+    declared ids, beside those `spec` holds already; an id that disagrees is an error."""
+    config = folder / "tokenizer_config.json"
+    declared = read_json(config).get("added_tokens_decoder", {}) if config.is_file() else {}
+    held = {
+        entry.get("content"): entry.get("id") for entry in spec["added_tokens"] if isinstance(entry, dict)
+    }
+    for token_id, entry in declared.items():
+        content = entry["content"]
+        if content in held:
+            if held[content] != int(token_id):
+                raise CheckpointError(
+                    f"{folder}: added token {content!r} has id {held[content]} in {where} but "
+                    f"{token_id} in tokenizer_config.json"
+                )
+            continue
+        # The tokenizers API numbers added tokens after the vocabulary; its JSON form keeps given ids
+        # while they follow on without a gap (checked below).
+        spec["added_tokens"].append(
+            {
+                "id": int(token_id),
+                "content": content,
+                "single_word": entry.get("single_word", False),
+                "lstrip": entry.get("lstrip", False),
+                "rstrip": entry.get("rstrip", False),
+                "normalized": entry.get("normalized", False),
+                "special": entry.get("special", True),
+            }
+        )
+    try:
+        spec["added_tokens"].sort(key=lambda entry: entry["id"])
+        tok = Tokenizer.from_str(json.dumps(spec))
+    except Exception as exc:  # tokenizers raises a bare Exception for a spec it cannot read
+        raise CheckpointError(f"cannot read the text tokenizer in {folder} ({where}): {exc}") from None
+    for entry in spec["added_tokens"]:
+        loaded = tok.token_to_id(entry["content"])
+        if loaded != entry["id"]:
             raise CheckpointError(
-                f"{folder / 'tokenizer_config.json'}: added token {entry['content']!r} is declared with id "
-                f"{token_id} but the vocabulary already uses it"
+                f"{folder}: added token {entry['content']!r} is declared with id {entry['id']} but loads as "
+                f"{loaded}: added tokens take the ids after the vocabulary, in order, with no gap or clash"
             )
     return tok
 

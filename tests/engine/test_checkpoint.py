@@ -1,12 +1,15 @@
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from tests.engine.test_text_tokenizer import SPECIAL_TEXTS, TEXTS, as_tokenizer_json
 from voicewire.engine import checkpoint
 from voicewire.engine.checkpoint import CheckpointError
 from voicewire.engine.layers import DecoderConfig, DecoderLayer
+from voicewire.engine.model import Qwen3TTS
 
 
 class _Small(nn.Module):
@@ -64,6 +67,31 @@ def test_folder_missing_files_is_named(tmp_path: Path) -> None:
         checkpoint.resolve_model_dir(tmp_path)
     assert "model.safetensors" in str(info.value)
     assert "speech_tokenizer/config.json" in str(info.value)
+    assert "a text tokenizer (tokenizer.json, or vocab.json + merges.txt + tokenizer_config.json)" in str(
+        info.value
+    )
+
+
+def test_a_checkpoint_whose_tokenizer_is_tokenizer_json_loads_with_the_same_ids(
+    tiny_checkpoints, tiny_models, tmp_path: Path
+) -> None:
+    folder = as_tokenizer_json(Path(shutil.copytree(tiny_checkpoints["custom_voice"], tmp_path / "fast")))
+    assert not (folder / "vocab.json").exists() and not (folder / "merges.txt").exists()
+    assert checkpoint.resolve_model_dir(folder) == folder
+    fast, original = Qwen3TTS.load(folder).tokenizer, tiny_models["custom_voice"].tokenizer
+    for text in TEXTS + SPECIAL_TEXTS:
+        assert fast.encode(text) == original.encode(text), text
+
+
+def test_a_checkpoint_with_neither_tokenizer_form_names_both(tiny_checkpoints, tmp_path: Path) -> None:
+    folder = Path(shutil.copytree(tiny_checkpoints["custom_voice"], tmp_path / "none"))
+    (folder / "merges.txt").unlink()
+    with pytest.raises(CheckpointError) as info:
+        checkpoint.resolve_model_dir(folder)
+    assert str(info.value) == (
+        f"checkpoint folder {folder} is missing: "
+        "a text tokenizer (tokenizer.json, or vocab.json + merges.txt + tokenizer_config.json)"
+    )
 
 
 def test_bad_json_is_readable(tmp_path: Path) -> None:
@@ -86,6 +114,7 @@ def test_unreachable_hub_id_names_what_was_looked_for(
     assert "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice" in message
     assert "--model tiny" in message
     assert "speech_tokenizer/model.safetensors" in message
+    assert "tokenizer.json, or vocab.json + merges.txt" in message
 
 
 def test_not_a_folder_nor_repo_id() -> None:
