@@ -21,8 +21,9 @@ import torch
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.engine import LIVE_SETTINGS, Engine
 from voicewire.engine.errors import StreamClosed
+from voicewire.engine.handle import StreamHandle
 from voicewire.engine.metrics import histogram_report
-from voicewire.engine.stream import SAMPLE_RATE, Stream
+from voicewire.engine.stream import SAMPLE_RATE
 
 BENCH_TEXT = (
     "Thanks for calling. I found your order, and it shipped this morning. It should arrive on "
@@ -81,7 +82,7 @@ def torch_trace(path: Path) -> Iterator[None]:
     profiler.export_chrome_trace(str(path))
 
 
-async def _drive(engine: Engine, stream: Stream, pieces: list[str], rate: float) -> _StreamTiming:
+async def _drive(engine: Engine, stream: StreamHandle, pieces: list[str], rate: float) -> _StreamTiming:
     start = time.perf_counter()
 
     async def feed() -> None:
@@ -117,7 +118,7 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
         voice_fields = {"instruct": "A clear, friendly voice."}
     elif model.variant == "base":
         voice_fields = {"speaker_embedding": np.ones(model.talker.cfg.decoder.hidden_size, np.float32)}
-    voice = engine.voice(**voice_fields)
+    voice = await engine.voice(**voice_fields)
     # Text pieces are the tokenizer's own tokens, so the rate is in tokens per second.
     ids = model.tokenizer.encode(BENCH_TEXT)
     pieces = [model.tokenizer.decode([i]) for i in ids]

@@ -1,13 +1,15 @@
-"""The public engine: `Engine.from_config(...)`, `engine.open_stream(voice, options) -> Stream`.
+"""The engine in this process: `Engine.from_config(...)`, `await engine.voice(...)`,
+`engine.open_stream(voice, options) -> StreamHandle`. It satisfies the engine contract
+(engine/api.py), as the engine process does.
 
 Two threads do the work: the scheduler's (talker and code predictor, batched over all streams)
 and the decoder stage's (codec decoder, batched over streams with due chunks). Callers talk to
-their `Stream` handles from any thread; audio comes back in the event loop the stream was
-opened in.
+their `StreamHandle`s in the event loop they opened them in; audio comes back there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import itertools
@@ -15,11 +17,13 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from prometheus_client import CollectorRegistry
 
 from voicewire.engine import pointwise
 from voicewire.engine.config import EngineConfig, StreamOptions
@@ -27,11 +31,13 @@ from voicewire.engine.decode_stage import TALKER_PRIORITY, DecoderStage
 from voicewire.engine.errors import InvalidOptions, InvalidVoice
 from voicewire.engine.frame_step import GenerationOptions
 from voicewire.engine.gc_pauses import GcPauses
+from voicewire.engine.handle import StreamHandle, caller_loop
 from voicewire.engine.metrics import EngineMetrics
 from voicewire.engine.model import Qwen3TTS
 from voicewire.engine.prompt import Voice, check_voice, supported_languages
 from voicewire.engine.scheduler import Scheduler
-from voicewire.engine.stream import SAMPLE_RATE, Stream, StreamListener, caller_loop
+from voicewire.engine.stream import SAMPLE_RATE, AudioChunk, Stream, StreamListener, StreamResult
+from voicewire.engine.voices import VoiceCache, voice_key
 
 if TYPE_CHECKING:
     from voicewire.engine.vllm.scheduler import VllmScheduler
@@ -115,6 +121,7 @@ class Engine:
         )
         max_ahead = int(self.config.max_buffered_seconds * SAMPLE_RATE)
         self._ids = itertools.count(1)
+        self.voices = VoiceCache()
         self._wake_event = threading.Event()
         self._stop = threading.Event()
         self._error: BaseException | None = None
@@ -188,39 +195,80 @@ class Engine:
     def used_slots(self) -> int:
         return self.scheduler.used_slots
 
-    def voice(self, **fields: Any) -> Voice:
-        """A voice from request fields (speaker, language, instruct, ref_audio, ref_text,
-        speaker_embedding); reference audio is turned into an x-vector (and codes) here."""
-        try:
-            return self.model.voice(**fields)
-        except ValueError as exc:
-            raise InvalidVoice(str(exc)) from exc
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The engine's Prometheus metrics (a server in this process serves them with its own)."""
+        return self.metrics.registry
 
-    def check_voice(self, voice: Voice) -> None:
+    async def voice(self, **fields: Any) -> Voice:
+        """A voice from request fields (speaker, language, instruct, ref_audio, ref_text,
+        speaker_embedding) that fits the loaded checkpoint. Reference audio becomes an x-vector
+        (and codes) in a worker thread, once per content: the same fields again get the same
+        voice back. Raises InvalidVoice."""
+        return await self.voices.get(fields, lambda: asyncio.to_thread(self.make_voice, fields))
+
+    def make_voice(self, fields: dict[str, Any]) -> Voice:
+        """`voice` in the calling thread, kept by content (the engine process calls it so)."""
+        key = voice_key(fields)
+        voice = self.voices.lookup(key)
+        if voice is None:
+            try:
+                voice = self.model.voice(**fields)
+            except ValueError as exc:
+                raise InvalidVoice(str(exc)) from exc
+            self.validate_voice(voice)
+            self.voices.keep(key, voice)
+        return voice
+
+    async def check_voice(self, voice: Voice) -> None:
         """Raise InvalidVoice unless `voice` fits the loaded checkpoint."""
+        self.validate_voice(voice)
+
+    def validate_voice(self, voice: Voice) -> None:
         try:
             check_voice(self.model.talker, voice, self.model.variant, self.model.model_size)
         except ValueError as exc:
             raise InvalidVoice(str(exc)) from exc
 
-    def open_stream(
-        self, voice: Voice, options: StreamOptions | None = None, listener: StreamListener | None = None
-    ) -> Stream:
-        """Open a stream; push text to it and iterate it for audio. Call it in the event loop that
-        will read the audio, unless `listener` takes the chunks. Raises InvalidVoice, InvalidOptions
-        or EngineFull."""
+    def open_stream(self, voice: Voice, options: StreamOptions | None = None) -> StreamHandle:
+        """Open a stream; push text to it and iterate it for audio, in the running event loop.
+        Raises InvalidOptions or EngineFull; a voice that does not fit fails the stream (its
+        iteration raises InvalidVoice), as with the engine in its own process."""
+        caller_loop()  # raises outside one
+        options = options or StreamOptions()
+        generation_options(self.info, options)  # options first, as the engine process checks them
+        try:
+            self.validate_voice(voice)
+        except InvalidVoice as exc:
+            refused = StreamHandle(next(self._ids), voice, options, _REFUSED)
+            refused.finish(StreamResult("error", 0, 0, 0, -1, exc))
+            return refused
+        bridge = _ToHandle()
+        stream, generation = self._new_stream(voice, options, bridge)
+        bridge.handle = StreamHandle(stream.id, voice, options, stream)  # before any chunk
+        self._submit(stream, generation)
+        return bridge.handle
+
+    def admit(self, voice: Voice, options: StreamOptions, listener: StreamListener) -> Stream:
+        """Give a stream a slot; its chunks and result go to `listener`, in the engine's threads
+        (the engine process serves its servers' streams this way). Raises as `open_stream`."""
+        stream, generation = self._new_stream(voice, options, listener)
+        self._submit(stream, generation)
+        return stream
+
+    def _new_stream(
+        self, voice: Voice, options: StreamOptions, listener: StreamListener
+    ) -> tuple[Stream, GenerationOptions]:
         if self._error is not None:
             raise RuntimeError("the engine's scheduler stopped") from self._error
-        if listener is None:
-            caller_loop()  # raises outside one
-        options = options or StreamOptions()
-        self.check_voice(voice)
+        self.validate_voice(voice)
         generation = generation_options(self.info, options)
-        stream = Stream(next(self._ids), voice, options, self.model.tokenizer, self._wake, listener)
-        lookahead = options.lookahead_tokens or self.config.lookahead_tokens
+        return Stream(next(self._ids), voice, options, self.model.tokenizer, self._wake, listener), generation
+
+    def _submit(self, stream: Stream, generation: GenerationOptions) -> None:
+        lookahead = stream.options.lookahead_tokens or self.config.lookahead_tokens
         self.scheduler.submit(stream, generation, lookahead)
         self._wake()
-        return stream
 
     def tune(self, **settings: Any) -> None:
         """Change the settings that the engine's threads read afresh each round (`LIVE_SETTINGS`),
@@ -275,3 +323,44 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Refused:
+    """The control of a stream refused at its opening: it has nothing to tell the engine."""
+
+    def push_text(self, text: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+    def acknowledge(self, consumed_samples: int) -> None:
+        pass
+
+
+_REFUSED = _Refused()
+
+
+class _ToHandle:
+    """A stream's listener in this process: its chunks and result go to its handle, in the
+    handle's event loop, in the order they came."""
+
+    handle: StreamHandle
+
+    def chunk(self, stream: Stream, chunk: AudioChunk) -> None:
+        self._call(stream, self.handle.deliver, chunk)
+
+    def finished(self, stream: Stream, result: StreamResult) -> None:
+        self._call(stream, self.handle.finish, result)
+
+    def _call(self, stream: Stream, fn: Callable[[Any], None], arg: object) -> None:
+        try:
+            self.handle.loop.call_soon_threadsafe(fn, arg)
+        except RuntimeError:  # the caller's loop is closed: nobody is listening any more
+            stream.abort()

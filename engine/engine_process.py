@@ -1,10 +1,9 @@
-"""The engine in a process of its own, behind the Engine's API.
+"""The engine in a process of its own, behind the engine contract (engine/api.py).
 
 `EngineProcess.start(config)` spawns a process that loads the checkpoint, runs an `Engine` and
 listens on a private Unix socket. The server that started it, and any other server worker that
-`EngineProcess.connect`s, gets `info`, `config`, `voice`, `check_voice`, `open_stream`,
-`live_streams`, `healthy` and `close`; their `RemoteStream`s behave as the engine's `Stream`s do:
-text in, `async for` chunks out, `wait()` for the result.
+`EngineProcess.connect`s, holds an `EngineClient` as with the engine in its own process: awaited
+voices, and `StreamHandle`s whose requests go over the socket.
 
 Why: the engine's scheduler and decoder threads give up the GIL at every GPU wait and need it back
 at once. In one process with a server they queue behind the event loop's socket, msgpack and Opus
@@ -15,7 +14,10 @@ can share one engine, so sockets and Opus are no longer held to one interpreter 
     server reader thread <--events, batched-- socket <-- sender thread (one per server) <-- streams
 
 Requests are sent as they happen. Events (chunks, results, replies) are batched by whatever piled
-up while the last batch was being written, so a decoder round's chunks are one message.
+up while the last batch was being written, so a decoder round's chunks are one message; each batch
+carries the engine's count of live streams, so every server's capacity check sees the whole engine.
+Voices are made in a thread of their own in the engine process, so a reference audio's x-vector
+holds up no server's stream requests.
 """
 
 from __future__ import annotations
@@ -36,23 +38,25 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
-from typing import Any, TypeAlias
+from typing import Any
 
 from voicewire.engine.checkpoint import CheckpointError
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.engine import Engine, EngineInfo, generation_options
 from voicewire.engine.errors import EngineError, EngineFull, StreamClosed, StreamFailed
 from voicewire.engine.gc_pauses import freeze_startup_heap
+from voicewire.engine.handle import StreamHandle, caller_loop
 from voicewire.engine.metrics import ProcessCpu
 from voicewire.engine.prompt import Voice
-from voicewire.engine.stream import AudioChunk, Done, Stream, StreamResult, caller_loop, chunk_or_end
+from voicewire.engine.stream import AudioChunk, Stream, StreamResult
+from voicewire.engine.voices import VoiceCache
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 1800.0  # loading, graph capture and (vllm backend) vLLM's own start
 CALL_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 60.0
-MAX_KEPT_VOICES = 256
+VOICE_THREADS = 2  # voices made at once in the engine process (x-vectors, reference codes)
 # A checkpoint that is not there, a bad setting: raised again in the server, as in one process.
 SETTINGS_ERRORS = (CheckpointError, ValueError, FileNotFoundError)
 
@@ -118,6 +122,7 @@ class _Bye:
 class _Ready:
     info: EngineInfo
     config: EngineConfig
+    live_streams: int = 0
 
 
 @dataclass(frozen=True)
@@ -175,15 +180,26 @@ class _Client:
     """One connected server process, in the child: its requests drive the engine; its streams'
     events go back to it in batches. When it disconnects, its streams are cancelled."""
 
-    def __init__(self, engine: Engine, conn: Connection, name: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        conn: Connection,
+        name: str,
+        voices: concurrent.futures.Executor,
+        everyone: list[_Client],
+    ) -> None:
         self.engine = engine
         self.conn = conn
         self.name = name
         self.streams: dict[int, Stream] = {}
+        self._voices = voices
+        self._everyone = everyone  # every connected server, this one included
+        self._sent_live = -1  # the live-stream count this server was last told
         self._outbox: list[object] = []
         self._lock = threading.Lock()
         self._pending = threading.Event()
         self._gone = False
+        everyone.append(self)
         threading.Thread(target=self._send_loop, name=f"voicewire-send-{name}", daemon=True).start()
         threading.Thread(target=self._read_loop, name=f"voicewire-read-{name}", daemon=True).start()
 
@@ -192,17 +208,27 @@ class _Client:
             self._outbox.append(event)
         self._pending.set()
 
+    def _recount(self) -> None:
+        """A stream opened or finished: every server hears the engine's new count of live streams
+        (with its next batch, or alone), so each can refuse a stream the engine has no slot for."""
+        for client in list(self._everyone):
+            client._pending.set()
+
     def _send_loop(self) -> None:
         while not self._gone:
             self._pending.wait()
             with self._lock:
                 batch, self._outbox = self._outbox, []
                 self._pending.clear()
-            if batch:
+            # Counted after the batch's results were posted: a finished stream's slot is free by
+            # then (the scheduler frees it before the decoder finishes the stream).
+            live = self.engine.live_streams
+            if batch or live != self._sent_live:
                 try:
-                    _write(self.conn, batch)
+                    _write(self.conn, (live, batch))
                 except (OSError, EOFError, ValueError):  # it went away; the reader cleans up
                     return
+                self._sent_live = live
 
     def _read_loop(self) -> None:
         while True:
@@ -218,6 +244,7 @@ class _Client:
                 log.exception("engine process: request %s from %s failed", type(request).__name__, self.name)
         self._gone = True
         self._pending.set()
+        self._everyone.remove(self)
         for stream in list(self.streams.values()):
             stream.cancel()
         if self.streams:
@@ -226,11 +253,13 @@ class _Client:
 
     def _handle(self, request: object) -> None:
         if isinstance(request, _Call):
-            self.post(self._call(request))
+            # Off this thread: an x-vector takes a while, and this thread carries every request
+            # of this server's streams.
+            self._voices.submit(lambda: self.post(self._call(request)))
         elif isinstance(request, _Open):
             self._open(request)
-        else:
-            stream = self.streams.get(request.stream_id)  # type: ignore[attr-defined]
+        elif isinstance(request, _Text | _Mark | _Acknowledge):
+            stream = self.streams.get(request.stream_id)
             if stream is None:
                 return  # finished here while the server was still talking to it
             try:
@@ -238,19 +267,22 @@ class _Client:
                     stream.push_text(request.text)
                 elif isinstance(request, _Acknowledge):
                     stream.acknowledge(request.consumed_samples)
-                elif request.verb == "flush":  # type: ignore[attr-defined]
+                elif request.verb == "flush":
                     stream.flush()
-                elif request.verb == "end":  # type: ignore[attr-defined]
+                elif request.verb == "end":
                     stream.end()
                 else:
                     stream.cancel()
             except StreamClosed:
                 pass  # the same race; the server hears of the stream's end from its result
+        else:
+            raise TypeError(f"not a request: {request!r}")
 
     def _open(self, request: _Open) -> None:
         forward = _Forward(request.stream_id, self._post_and_forget(request.stream_id))
         try:
-            self.streams[request.stream_id] = self.engine.open_stream(request.voice, request.options, forward)
+            self.streams[request.stream_id] = self.engine.admit(request.voice, request.options, forward)
+            self._recount()
         except Exception as exc:  # refused here: the server's stream fails with the reason
             error = (
                 exc if isinstance(exc, EngineError) else StreamFailed(f"the engine refused the stream: {exc}")
@@ -259,18 +291,19 @@ class _Client:
 
     def _post_and_forget(self, stream_id: int) -> Callable[[object], None]:
         def post(event: object) -> None:
+            self.post(event)
             if isinstance(event, _Finished):
                 self.streams.pop(stream_id, None)
-            self.post(event)
+                self._recount()
 
         return post
 
     def _call(self, call: _Call) -> _Reply:
         try:
             if call.method == "voice":
-                value: Any = _on_cpu(self.engine.voice(*call.args, **call.kwargs))
+                value: Any = _on_cpu(self.engine.make_voice(call.kwargs))
             elif call.method == "check_voice":
-                value = self.engine.check_voice(*call.args, **call.kwargs)
+                value = self.engine.validate_voice(*call.args)
             else:
                 raise EngineError(f"no engine call {call.method!r}")
         except EngineError as exc:
@@ -282,6 +315,8 @@ class _Client:
 
 
 def _accept_loop(listener: Listener, engine: Engine, config: EngineConfig) -> None:
+    voices = concurrent.futures.ThreadPoolExecutor(VOICE_THREADS, thread_name_prefix="voicewire-voice")
+    everyone: list[_Client] = []
     for number in itertools.count(1):
         try:
             conn = listener.accept()
@@ -291,10 +326,10 @@ def _accept_loop(listener: Listener, engine: Engine, config: EngineConfig) -> No
             log.warning("engine process: refused a connection with the wrong key")
             continue
         try:
-            _write(conn, _Ready(engine.info, config))
+            _write(conn, _Ready(engine.info, config, engine.live_streams))
         except (OSError, EOFError):
             continue
-        _Client(engine, conn, f"server-{number}")
+        _Client(engine, conn, f"server-{number}", voices, everyone)
 
 
 def _child_main(
@@ -335,100 +370,35 @@ def _child_main(
 # --- the parent --------------------------------------------------------------------------------
 
 
-class RemoteStream:
-    """The parent's handle on a stream in the engine process; used like `Stream`, in the event loop
-    that opened it."""
+class _RemoteControl:
+    """A handle's requests, sent to its stream in the engine process."""
 
-    def __init__(self, stream_id: int, voice: Voice, options: StreamOptions, engine: EngineProcess) -> None:
-        self.id = stream_id
-        self.voice = voice
-        self.options = options
-        self.loop = caller_loop()
+    def __init__(self, engine: EngineProcess, stream_id: int) -> None:
         self._engine = engine
-        self._chunks: asyncio.Queue[AudioChunk | type[Done]] = asyncio.Queue()
-        self._done = asyncio.Event()
-        self._result: StreamResult | None = None
-        self._ended = False
-        self._cancelled = False
-        self.consumed_samples = 0
-        self.delivered_samples = 0
+        self._id = stream_id
 
     def push_text(self, text: str) -> None:
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        self._check_open()
-        self._engine._send(_Text(self.id, text))
+        self._engine._send(_Text(self._id, text))
 
     def flush(self) -> None:
-        self._check_open()
-        self._engine._send(_Mark(self.id, "flush"))
+        self._engine._send(_Mark(self._id, "flush"))
 
     def end(self) -> None:
-        self._check_open()
-        self._ended = True
-        self._engine._send(_Mark(self.id, "end"))
+        self._engine._send(_Mark(self._id, "end"))
 
     def cancel(self) -> None:
-        if self._cancelled:
-            return
-        self._cancelled = True
-        self._chunks.put_nowait(Done)
-        if self._result is None:
-            self._engine._send(_Mark(self.id, "cancel"))
+        self._engine._send(_Mark(self._id, "cancel"))
 
-    def _check_open(self) -> None:
-        if self._cancelled:
-            raise StreamClosed(f"stream {self.id} was cancelled")
-        if self._ended:
-            raise StreamClosed(f"stream {self.id} has ended; open a new stream for more text")
-        if self._result is not None:
-            raise StreamClosed(f"stream {self.id} is finished ({self._result.reason})")
-
-    def __aiter__(self) -> RemoteStream:
-        return self
-
-    async def __anext__(self) -> AudioChunk:
-        if self._cancelled:
-            raise StopAsyncIteration
-        item = chunk_or_end(await self._chunks.get(), self._cancelled, self._result)
-        self.consumed_samples += item.pcm.shape[0]
-        if self._result is None:  # a stream paused for being too far ahead may go on
-            self._engine._send(_Acknowledge(self.id, self.consumed_samples))
-        return item
-
-    async def wait(self) -> StreamResult:
-        await self._done.wait()
-        assert self._result is not None
-        return self._result
-
-    @property
-    def result(self) -> StreamResult | None:
-        return self._result
-
-    @property
-    def unread_samples(self) -> int:
-        """Audio that arrived from the engine process and was not read yet."""
-        return self.delivered_samples - self.consumed_samples
-
-    # --- in the loop, from the reader thread ---
-
-    def _deliver(self, chunk: AudioChunk) -> None:
-        if not self._cancelled:
-            self.delivered_samples += chunk.pcm.shape[0]
-            self._chunks.put_nowait(chunk)
-
-    def _finish(self, result: StreamResult) -> None:
-        self._result = result
-        self._chunks.put_nowait(Done)
-        self._done.set()
+    def acknowledge(self, consumed_samples: int) -> None:
+        self._engine._send(_Acknowledge(self._id, consumed_samples))
 
 
-def _deliver_all(items: list[tuple[RemoteStream, object]]) -> None:
+def _deliver_all(items: list[tuple[StreamHandle, object]]) -> None:
     for stream, event in items:
         if isinstance(event, _Chunk):
-            stream._deliver(event.chunk)
+            stream.deliver(event.chunk)
         elif isinstance(event, _Finished):
-            stream._finish(event.result)
+            stream.finish(event.result)
 
 
 @dataclass
@@ -462,10 +432,12 @@ class EngineProcess:
         self._conn = conn
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._streams: dict[int, RemoteStream] = {}
+        self._streams: dict[int, StreamHandle] = {}
         self._calls: dict[int, concurrent.futures.Future] = {}
-        self._voices: dict[tuple, Voice] = {}  # by their fields, oldest first
-        self._checked: set[int] = set()  # ids of kept voices that passed check_voice
+        self.voices = VoiceCache()  # made there, kept here: a kept voice costs no call
+        # The engine's live streams as of its last message, and the streams opened here since.
+        self._engine_live = first.live_streams
+        self._opened_since_report = 0
         self._lost: str | None = None  # why the engine is out of reach
         self._exited = False  # it went away unasked, not by close()
         self._on_lost = on_lost
@@ -533,8 +505,13 @@ class EngineProcess:
 
     @property
     def live_streams(self) -> int:
-        """Streams opened and not yet finished (the child frees a slot no later than this)."""
-        return len(self._streams)
+        """Streams holding a slot in the whole engine (every server's), as of its last message."""
+        return self._engine_live
+
+    @property
+    def registry(self) -> None:
+        """The engine's metrics live in the engine process (served through the metrics folder)."""
+        return None
 
     @property
     def pid(self) -> int | None:
@@ -551,50 +528,44 @@ class EngineProcess:
     def healthy(self) -> bool:
         return self._lost is None and (self._owner is None or self._owner.process.is_alive())
 
-    def voice(self, **fields: Any) -> Voice:
-        """As `Engine.voice`, made in the engine process (reference audio is encoded there). Voices
-        named by plain fields (speaker, language, instruct) are kept for the next session, and so is
-        their check: a burst of sessions then waits for no call to the engine process."""
-        if not all(v is None or isinstance(v, str) for v in fields.values()):
-            return self._call("voice", **fields)  # reference audio or an embedding: not kept
-        key = tuple(sorted(fields.items()))
-        voice = self._voices.get(key)
-        if voice is None:
-            voice = self._voices[key] = self._call("voice", **fields)
-            if len(self._voices) > MAX_KEPT_VOICES:
-                self._checked.discard(id(self._voices.pop(next(iter(self._voices)))))
-        return voice
+    async def voice(self, **fields: Any) -> Voice:
+        """As `Engine.voice`, made in the engine process (reference audio is encoded there) and
+        kept here by content: a burst of sessions with one voice waits for one call at most."""
+        return await self.voices.get(fields, lambda: self._call("voice", **fields))
 
-    def check_voice(self, voice: Voice) -> None:
-        """As `Engine.check_voice`; a kept voice that passed is not sent again."""
-        if id(voice) in self._checked:
-            return
-        self._call("check_voice", voice)
-        if any(kept is voice for kept in self._voices.values()):
-            self._checked.add(id(voice))
+    async def check_voice(self, voice: Voice) -> None:
+        """As `Engine.check_voice`; a voice this side made and kept has been checked already."""
+        if not self.voices.holds(voice):
+            await self._call("check_voice", voice)
 
-    def open_stream(self, voice: Voice, options: StreamOptions | None = None) -> RemoteStream:
-        """As `Engine.open_stream`. Options and capacity are checked here; a voice the engine
-        refuses fails the stream (its iteration raises the reason)."""
+    def open_stream(self, voice: Voice, options: StreamOptions | None = None) -> StreamHandle:
+        """As `Engine.open_stream`. Options and the whole engine's capacity are checked here; a voice
+        the engine refuses, or a slot taken meanwhile by another server, fails the stream (its
+        iteration raises the reason)."""
         if self._lost is not None:
             raise RuntimeError(f"the engine process is gone: {self._lost}")
+        loop = caller_loop()
         options = options or StreamOptions()
         generation_options(self.info, options)  # raises InvalidOptions
-        if len(self._streams) >= self.config.max_streams:
+        live = max(len(self._streams), self._engine_live + self._opened_since_report)
+        if live >= self.config.max_streams:
             raise EngineFull(f"all {self.config.max_streams} stream slots are in use")
-        stream = RemoteStream(next(self._ids), voice, options, self)
-        self._streams[stream.id] = stream
-        self._send(_Open(stream.id, voice, options))
+        stream_id = next(self._ids)
+        stream = StreamHandle(stream_id, voice, options, _RemoteControl(self, stream_id))
+        assert stream.loop is loop
+        self._streams[stream_id] = stream
+        self._opened_since_report += 1
+        self._send(_Open(stream_id, voice, options))
         return stream
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._lost is not None:
             raise RuntimeError(f"the engine process is gone: {self._lost}")
         future: concurrent.futures.Future = concurrent.futures.Future()
         call_id = next(self._ids)
         self._calls[call_id] = future
         self._send(_Call(call_id, method, args, kwargs))
-        return future.result(timeout=CALL_TIMEOUT_S)
+        return await asyncio.wait_for(asyncio.wrap_future(future), CALL_TIMEOUT_S)
 
     def _send(self, request: object) -> None:
         try:
@@ -607,8 +578,9 @@ class EngineProcess:
     def _read_loop(self) -> None:
         try:
             while True:
-                batch = _read(self._conn)
-                by_loop: dict[asyncio.AbstractEventLoop, list[tuple[RemoteStream, object]]] = {}
+                self._engine_live, batch = _read(self._conn)
+                self._opened_since_report = 0
+                by_loop: dict[asyncio.AbstractEventLoop, list[tuple[StreamHandle, object]]] = {}
                 for event in batch:
                     if isinstance(event, _Reply):
                         self._reply(event)
@@ -628,6 +600,7 @@ class EngineProcess:
             pass
         if not self._closing:
             self._exited = True
+        self._engine_live = 0
         self._fail_all("the engine was closed" if self._closing else "the engine process exited")
         if self._exited and self._on_lost is not None:
             self._on_lost()
@@ -655,7 +628,7 @@ class EngineProcess:
                 continue
             result = StreamResult("error", 0, 0, stream.consumed_samples, -1, StreamFailed(reason))
             try:
-                stream.loop.call_soon_threadsafe(stream._finish, result)
+                stream.loop.call_soon_threadsafe(stream.finish, result)
             except RuntimeError:
                 pass
 
@@ -688,6 +661,3 @@ class EngineProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-AnyEngine: TypeAlias = Engine | EngineProcess  # what the server serves: in this process or its own

@@ -27,6 +27,10 @@ class InvalidOptions(EngineError, ValueError):
     code = "invalid_options"
 
 
+class InvalidText(EngineError, ValueError):
+    code = "invalid_text"  # not a string, or a string UTF-8 cannot encode (a lone surrogate)
+
+
 class StreamClosed(EngineError):
     code = "stream_closed"
 

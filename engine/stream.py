@@ -1,15 +1,13 @@
-"""The public stream handle: text in (`push_text`, `flush`, `end`, `cancel`), audio chunks out.
+"""A stream as the engine holds it: text in through a locked inbox, chunks and the result out to a
+`StreamListener`.
 
-A `Stream` is shared by three threads: the caller's (text in, chunks out, usually an asyncio loop),
-the scheduler's (reads the inbox) and the decoder's (delivers chunks). Text is tokenized in the
-caller's thread; everything after that is handed over through a locked inbox and the loop's
-thread-safe callbacks. A stream opened with a `StreamListener` instead hands its chunks and result
-to it, in the engine's threads (the engine process forwards them to its parent that way).
+A `Stream` is shared by three threads: its controller's (text in; the caller's `StreamHandle` in
+engine/handle.py, or the engine process's reader for a remote one), the scheduler's (reads the
+inbox) and the decoder's (delivers chunks). Text is tokenized in the controller's thread.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import threading
 import time
@@ -63,14 +61,6 @@ class Mark(enum.Enum):
     END = "end"
 
 
-def caller_loop() -> asyncio.AbstractEventLoop:
-    """The running event loop a stream's audio will be read in; opening a stream needs one."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        raise RuntimeError("open_stream must be called inside a running asyncio event loop") from None
-
-
 class StreamListener(Protocol):
     """Takes a stream's chunks and result in the engine's threads; must not block."""
 
@@ -79,23 +69,9 @@ class StreamListener(Protocol):
     def finished(self, stream: Stream, result: StreamResult) -> None: ...
 
 
-class Done:
-    """Chunk-queue sentinel: no more chunks."""
-
-
-def chunk_or_end(item: AudioChunk | type[Done], cancelled: bool, result: StreamResult | None) -> AudioChunk:
-    """What a stream's iterator makes of the next queue item: the chunk, or the end (raising the
-    stream's error when it failed)."""
-    if item is Done or cancelled:
-        if result is not None and result.error is not None:
-            raise result.error
-        raise StopAsyncIteration
-    assert isinstance(item, AudioChunk)
-    return item
-
-
 class Stream:
-    """One utterance stream. Iterate it (`async for chunk in stream`) for its audio."""
+    """One utterance stream in the engine. Its controller pushes text and marks; the scheduler
+    takes them; the decoder stage hands its chunks and result to its listener."""
 
     def __init__(
         self,
@@ -118,25 +94,14 @@ class Stream:
         self._cancel_requested = False
         self._aborted = False  # the engine gave up on it (decoder failure, consumer gone)
         self._result: StreamResult | None = None
-        self._finished = threading.Event()
         self.first_text_at: float | None = None  # time.monotonic() of the first push_text (metrics)
-        self.consumed_samples = 0  # read by the consumer
-        self.delivered_samples = 0  # put in the chunk queue by the decoder stage
-        try:
-            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            self._loop = None
-        self._chunks: asyncio.Queue[AudioChunk | type[Done]] | None = None
-        self._done: asyncio.Event | None = None
-        if self._loop is not None and listener is None:
-            self._chunks, self._done = asyncio.Queue(), asyncio.Event()
+        self.consumed_samples = 0  # read by the consumer, as acknowledged
+        self.delivered_samples = 0  # handed to the listener by the decoder stage
 
-    # --- caller side ---------------------------------------------------------------------------
+    # --- controller side -----------------------------------------------------------------------
 
     def push_text(self, text: str) -> None:
         """Append text; it is spoken as soon as enough of it has arrived."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
         with self._lock:
             self._check_open()
             if self.first_text_at is None:
@@ -162,11 +127,9 @@ class Stream:
         self._wake()
 
     def cancel(self) -> None:
-        """Stop now: no chunk is yielded after this returns; the engine frees the stream's slot."""
+        """Stop: no chunk reaches the listener after this; the engine frees the stream's slot."""
         with self._lock:
             self._cancel_requested = True
-        if self._loop is not None and self._chunks is not None:
-            self._call_in_loop(self._chunks.put_nowait, Done)
         self._wake()
 
     def _check_open(self) -> None:
@@ -178,30 +141,9 @@ class Stream:
             raise StreamClosed(f"stream {self.id} is finished ({self._result.reason})")
 
     def acknowledge(self, consumed_samples: int) -> None:
-        """A listener's consumer has read this many samples in all (backpressure counts unread ones)."""
+        """The consumer has read this many samples in all (backpressure counts unread ones)."""
         self.consumed_samples = max(self.consumed_samples, consumed_samples)
         self._wake()
-
-    def __aiter__(self) -> Stream:
-        return self
-
-    async def __anext__(self) -> AudioChunk:
-        if self._chunks is None:
-            raise RuntimeError("iterate a stream in the event loop it was opened in")
-        if self._cancel_requested:
-            raise StopAsyncIteration
-        item = chunk_or_end(await self._chunks.get(), self._cancel_requested, self._result)
-        self.consumed_samples += item.pcm.shape[0]
-        self._wake()  # a stream paused for being too far ahead may go on
-        return item
-
-    async def wait(self) -> StreamResult:
-        """Wait until the engine has released the stream; returns how it ended."""
-        if self._done is None:
-            raise RuntimeError("wait for a stream in the event loop it was opened in")
-        await self._done.wait()
-        assert self._result is not None
-        return self._result
 
     @property
     def result(self) -> StreamResult | None:
@@ -216,8 +158,9 @@ class Stream:
             return items, self._cancel_requested or self._aborted
 
     def abort(self) -> None:
-        """Engine side: stop generating for this stream (its result is already set)."""
+        """Engine side: stop generating for this stream (its consumer is gone, or it failed)."""
         self._aborted = True
+        self._wake()
 
     @property
     def cancel_requested(self) -> bool:
@@ -225,36 +168,15 @@ class Stream:
 
     @property
     def unread_samples(self) -> int:
-        """Audio waiting in the chunk queue (what backpressure bounds)."""
+        """Audio delivered and not yet read (what backpressure bounds)."""
         return self.delivered_samples - self.consumed_samples
 
     def deliver(self, chunk: AudioChunk) -> None:
         self.delivered_samples += chunk.pcm.shape[0]
-        if self._listener is not None:
-            if not self._cancel_requested:
-                self._listener.chunk(self, chunk)
-        elif self._chunks is not None and not self._cancel_requested:
-            self._call_in_loop(self._chunks.put_nowait, chunk)
+        if self._listener is not None and not self._cancel_requested:
+            self._listener.chunk(self, chunk)
 
     def finish(self, result: StreamResult) -> None:
         self._result = result
-        self._finished.set()
         if self._listener is not None:
             self._listener.finished(self, result)
-        elif self._chunks is not None and self._done is not None:
-            self._call_in_loop(self._chunks.put_nowait, Done)
-            self._call_in_loop(self._done.set)
-
-    def _call_in_loop(self, fn: Callable, *args: object) -> None:
-        assert self._loop is not None
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            fn(*args)
-            return
-        try:
-            self._loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the consumer's loop is closed: nobody is listening any more
-            self._aborted = True

@@ -23,8 +23,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
 from voicewire.engine import StreamOptions
-from voicewire.engine.engine import Engine
-from voicewire.engine.engine_process import AnyEngine
+from voicewire.engine.api import EngineClient
 from voicewire.server import protocol as p
 from voicewire.server.auth import Auth, split_subprotocols
 from voicewire.server.config import ServerConfig
@@ -40,13 +39,13 @@ WEB = Path(__file__).resolve().parents[1] / "web"
 
 
 def create_app(
-    engine: AnyEngine, config: ServerConfig | None = None, close_engine: bool = False
+    engine: EngineClient, config: ServerConfig | None = None, close_engine: bool = False
 ) -> Starlette:
     """An app serving `engine`. The caller owns the engine, unless `close_engine`: then the app closes
     it when it shuts down (`voicewire serve`)."""
     config = config or ServerConfig()
     executor = ThreadPoolExecutor(max_workers=config.codec_thread_count, thread_name_prefix="voicewire-codec")
-    metrics = Metrics(engine.metrics.registry if isinstance(engine, Engine) else None)
+    metrics = Metrics(engine.registry)
     speech, voices = speech_endpoints(engine, metrics)
     auth = Auth(config)
     if auth.open:
@@ -159,7 +158,7 @@ def create_app(
     return app
 
 
-async def _warm_up(engine: AnyEngine) -> None:
+async def _warm_up(engine: EngineClient) -> None:
     """Short streams through every stage, one alone and then three at once, so the first clients do
     not pay for first calls (on CUDA: the fused kernels compile per shape class, batch 1 or more)."""
     info = engine.info
@@ -170,7 +169,7 @@ async def _warm_up(engine: AnyEngine) -> None:
         fields["instruct"] = "A clear voice."
     else:
         fields["speaker_embedding"] = [0.0] * info.speaker_embedding_size
-    voice = engine.voice(**fields)
+    voice = await engine.voice(**fields)
 
     async def one() -> str:
         stream = engine.open_stream(voice, StreamOptions(greedy=True, max_frames=4))

@@ -62,7 +62,12 @@ class ProtocolError(Exception):
 HTTP_STATUS = {"unauthorized": 401, "forbidden_origin": 403, "too_many_sessions": 429}
 
 
+# Engine codes that a client sees under another name.
+FROM_ENGINE = {"invalid_text": "invalid_message"}
+
+
 def from_engine(exc: EngineError, context_id: str | None) -> ProtocolError:
     """An engine error as the client sees it."""
-    code = exc.code if exc.code in CODES else "stream_failed"
+    code = FROM_ENGINE.get(exc.code, exc.code)
+    code = code if code in CODES else "stream_failed"
     return ProtocolError(code, exc.message, context_id)

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from voicewire.engine import EngineError, Stream
-from voicewire.engine.engine_process import AnyEngine, RemoteStream
+from voicewire.engine import EngineError
+from voicewire.engine.api import EngineClient
 from voicewire.engine.errors import StreamClosed
+from voicewire.engine.handle import StreamHandle
 from voicewire.engine.playback import SimulatedPlayer
 from voicewire.engine.stream import SAMPLE_RATE
 from voicewire.server import protocol as p
@@ -68,7 +69,7 @@ class ContextState(enum.Enum):
 @dataclass
 class Context:
     id: str
-    stream: Stream | RemoteStream
+    stream: StreamHandle
     encoder: AudioEncoder
     state: ContextState = ContextState.OPEN
     chars: int = 0
@@ -87,7 +88,7 @@ class _SlowConsumer(Exception):
 @dataclass
 class Session:
     websocket: WebSocket
-    engine: AnyEngine
+    engine: EngineClient
     codec: Codec
     config: ServerConfig
     executor: Executor
@@ -161,7 +162,7 @@ class Session:
         if isinstance(message, p.Ping):
             self._emit(p.Pong(id=message.id))
         elif isinstance(message, p.Start):
-            self._start(message)
+            await self._start(message)
         elif self._settings is None:
             raise ProtocolError(
                 "not_started", f"send start before {message.type}", getattr(message, "context_id", None)
@@ -186,12 +187,12 @@ class Session:
                 self.metrics.underruns.inc(message.underruns - context.underruns)
                 context.underruns = message.underruns
 
-    def _start(self, message: p.Start) -> None:
+    async def _start(self, message: p.Start) -> None:
         if self._settings is not None:
             raise ProtocolError(
                 "already_started", "this session has started already; open a new socket to change it"
             )
-        self._settings = settings = settings_from_start(message, self.engine)
+        self._settings = settings = await settings_from_start(message, self.engine)
         self.state = SessionState.STARTED
         fmt = settings.format
         self._emit(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from voicewire.engine import ChunkSchedule, EngineError, SamplingParams, StreamOptions, Voice
-from voicewire.engine.engine_process import AnyEngine
+from voicewire.engine.api import EngineClient
 from voicewire.server import protocol as p
 from voicewire.server.encoder import OutputFormat
 from voicewire.server.errors import ProtocolError, from_engine
@@ -19,25 +19,24 @@ class SessionSettings:
     format: OutputFormat
 
 
-def settings_from_start(message: p.Start, engine: AnyEngine) -> SessionSettings:
+async def settings_from_start(message: p.Start, engine: EngineClient) -> SessionSettings:
     """Raises ProtocolError (invalid_format, invalid_voice, invalid_options)."""
     fmt = OutputFormat.from_spec(message.format)
     spec = message.voice
     try:
-        voice = engine.voice(
+        voice = await engine.voice(
             speaker=spec.speaker,
             language=spec.language,
             instruct=spec.instruct,
             speaker_embedding=spec.speaker_embedding,
         )
-        engine.check_voice(voice)
         options = _stream_options(message, engine)
     except EngineError as exc:
         raise from_engine(exc, None) from None
     return SessionSettings(voice, options, fmt)
 
 
-def _stream_options(message: p.Start, engine: AnyEngine) -> StreamOptions:
+def _stream_options(message: p.Start, engine: EngineClient) -> StreamOptions:
     sampling, buffering = message.sampling, message.buffering
     talker = None
     if any(v is not None for v in (sampling.temperature, sampling.top_k, sampling.top_p)):

@@ -27,7 +27,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from voicewire.engine import EngineError, EngineFull, StreamOptions
-from voicewire.engine.engine_process import AnyEngine
+from voicewire.engine.api import EngineClient
+from voicewire.engine.handle import StreamHandle
 from voicewire.engine.stream import SAMPLE_RATE
 from voicewire.server.metrics import Metrics
 from voicewire.server.tempo import TimeStretch
@@ -87,7 +88,7 @@ def _at_speed(pcm: np.ndarray, final: bool, tempo: TimeStretch | None) -> np.nda
     return pcm if tempo is None else tempo.process(pcm, final=final)
 
 
-def speech_endpoints(engine: AnyEngine, metrics: Metrics):
+def speech_endpoints(engine: EngineClient, metrics: Metrics):
     async def speech(request: Request) -> Response:
         try:
             body = SpeechRequest.model_validate_json(await request.body())
@@ -118,7 +119,7 @@ def speech_endpoints(engine: AnyEngine, metrics: Metrics):
                 "invalid_voice",
             )
         try:
-            voice = engine.voice(**fields)
+            voice = await engine.voice(**fields)
             stream = engine.open_stream(voice, StreamOptions(seed=body.seed))
         except EngineFull as exc:
             return _error(503, exc.message, exc.code)
@@ -138,7 +139,9 @@ def speech_endpoints(engine: AnyEngine, metrics: Metrics):
         header = wav_header(len(pcm) // 2) if body.response_format == "wav" else b""
         return Response(header + pcm, media_type=MEDIA_TYPES[body.response_format])
 
-    async def _chunks(stream, response_format: str, tempo: TimeStretch | None) -> AsyncIterator[bytes]:
+    async def _chunks(
+        stream: StreamHandle, response_format: str, tempo: TimeStretch | None
+    ) -> AsyncIterator[bytes]:
         if response_format == "wav":
             yield wav_header(None)
         try:

@@ -51,7 +51,7 @@ def _words(text: str) -> list[str]:
 
 
 def test_text_pieces_do_not_change_the_output(engine: Engine, oracle, tiny_checkpoints, tmp_path) -> None:
-    voice = engine.voice(speaker="serena", language="english")
+    voice = asyncio.run(engine.voice(speaker="serena", language="english"))
 
     async def run(pieces: list[str], pause: float = 0.0):
         return await speak(engine.open_stream(voice, GREEDY), pieces, pause)
@@ -93,7 +93,7 @@ def test_the_first_chunk_is_small_and_chunks_follow_the_schedule(model: Qwen3TTS
 
     async def run():
         with Engine(model, config) as engine:
-            stream = engine.open_stream(engine.voice(speaker="ryan"), GREEDY)
+            stream = engine.open_stream(await engine.voice(speaker="ryan"), GREEDY)
             return await speak(stream, [TEXT])
 
     heard = asyncio.run(run())
@@ -117,7 +117,7 @@ def test_metrics_count_what_the_engine_did(model: Qwen3TTS) -> None:
 
     async def run():
         with Engine(model, config) as engine:
-            stream = engine.open_stream(engine.voice(speaker="ryan"), GREEDY)
+            stream = engine.open_stream(await engine.voice(speaker="ryan"), GREEDY)
             return engine, await speak(stream, [TEXT])
 
     engine, heard = asyncio.run(run())
@@ -173,7 +173,10 @@ def test_batching_does_not_change_the_output(engine: Engine) -> None:
         else StreamOptions(seed=100 + i, max_frames=24 + 2 * i, suppress_eos=True)
         for i in range(8)
     ]
-    voices = [engine.voice(speaker=s, language=lang) for s, lang in zip(speakers, languages, strict=True)]
+    voices = [
+        asyncio.run(engine.voice(speaker=s, language=lang))
+        for s, lang in zip(speakers, languages, strict=True)
+    ]
 
     async def together():
         streams = [engine.open_stream(v, o) for v, o in zip(voices, options, strict=True)]
@@ -196,7 +199,7 @@ def test_batching_does_not_change_the_output(engine: Engine) -> None:
 
 
 def test_a_stream_waits_for_text_without_feeding_pad(engine: Engine, model: Qwen3TTS) -> None:
-    voice = engine.voice(speaker="aiden", language="english")
+    voice = asyncio.run(engine.voice(speaker="aiden", language="english"))
     half = len(TEXT) // 2
     pad, eos = model.text_ids.tts_pad, model.text_ids.tts_eos
 
@@ -221,7 +224,7 @@ def test_a_stream_waits_for_text_without_feeding_pad(engine: Engine, model: Qwen
 
 
 def test_cancel_frees_everything_within_one_step(engine: Engine) -> None:
-    voice = engine.voice(speaker="vivian")
+    voice = asyncio.run(engine.voice(speaker="vivian"))
     long = StreamOptions(max_frames=10_000, suppress_eos=True, seed=1)
 
     async def run():
@@ -260,7 +263,7 @@ def test_flush_speaks_what_is_there_and_reports_it(model: Qwen3TTS) -> None:
     async def run():
         with Engine(model, config) as engine:
             stream = engine.open_stream(
-                engine.voice(speaker="eric", language="english"), StreamOptions(greedy=True)
+                await engine.voice(speaker="eric", language="english"), StreamOptions(greedy=True)
             )
             listener = asyncio.create_task(collect(stream))
             stream.push_text("Hello there, frie")
@@ -286,8 +289,10 @@ def test_one_failing_stream_does_not_touch_the_others(tiny_models) -> None:
 
     async def run():
         with Engine(model, EngineConfig(max_streams=4, kv_length=96)) as engine:
-            good = engine.voice(instruct="A calm voice.")
-            bad = engine.voice(instruct="A very long description of a voice. " * 12)  # longer than the KV
+            good = await engine.voice(instruct="A calm voice.")
+            bad = await engine.voice(
+                instruct="A very long description of a voice. " * 12
+            )  # longer than the KV
             alone = await speak(engine.open_stream(good, options), [TEXT])
             s_good, s_bad = engine.open_stream(good, options), engine.open_stream(bad, options)
             results = await asyncio.gather(
@@ -308,7 +313,7 @@ def test_a_slow_reader_pauses_its_stream(model: Qwen3TTS) -> None:
     async def run():
         with Engine(model, config) as engine:
             stream = engine.open_stream(
-                engine.voice(speaker="ryan"), StreamOptions(max_frames=200, suppress_eos=True, seed=3)
+                await engine.voice(speaker="ryan"), StreamOptions(max_frames=200, suppress_eos=True, seed=3)
             )
             await feed(stream, [TEXT])
             await asyncio.sleep(0.6)
@@ -323,17 +328,17 @@ def test_a_slow_reader_pauses_its_stream(model: Qwen3TTS) -> None:
 
 def test_bad_requests_are_clear_errors(engine: Engine, model: Qwen3TTS) -> None:
     with pytest.raises(InvalidVoice, match="unknown speaker 'nobody'"):
-        asyncio.run(_open(engine, engine.voice(speaker="nobody")))
+        asyncio.run(engine.voice(speaker="nobody"))
     with pytest.raises(InvalidOptions, match="unknown layout"):
         StreamOptions(layout="sideways")
     with pytest.raises(InvalidOptions, match="greedy decoding takes no seed"):
         StreamOptions(greedy=True, seed=1)
     with pytest.raises(RuntimeError, match="inside a running asyncio event loop"):
-        engine.open_stream(engine.voice(speaker="ryan"))
+        engine.open_stream(asyncio.run(engine.voice(speaker="ryan")))
 
     async def full():
         with Engine(model, EngineConfig(max_streams=1, kv_length=128)) as small:
-            voice = small.voice(speaker="ryan")
+            voice = await small.voice(speaker="ryan")
             first = small.open_stream(voice)
             with pytest.raises(EngineFull, match="all 1 stream slots"):
                 small.open_stream(voice)
@@ -350,10 +355,6 @@ async def _speak_once(engine: Engine, voice, options: StreamOptions, text: str):
     return await speak(engine.open_stream(voice, options), [text])
 
 
-async def _open(engine: Engine, voice):
-    return engine.open_stream(voice)
-
-
 def test_the_documented_example_runs(caplog: pytest.LogCaptureFixture) -> None:
     from voicewire.engine import Engine as PublicEngine
     from voicewire.engine import StreamOptions as PublicOptions
@@ -362,7 +363,7 @@ def test_the_documented_example_runs(caplog: pytest.LogCaptureFixture) -> None:
 
     async def main():
         with PublicEngine.from_config("configs/cpu.yaml", max_streams=2) as engine:
-            voice = engine.voice(speaker="vivian", language="english")
+            voice = await engine.voice(speaker="vivian", language="english")
             stream = engine.open_stream(voice, PublicOptions(seed=7, max_frames=6))
             stream.push_text("Hello there, ")
             stream.push_text("how are you today?")

@@ -50,7 +50,7 @@ def test_twenty_minutes_in_bounded_memory_without_clicks(tiny_models) -> None:
 
     async def listen():
         with Engine(model, config) as engine:
-            stream = engine.open_stream(engine.voice(speaker="vivian", language="english"), options)
+            stream = engine.open_stream(await engine.voice(speaker="vivian", language="english"), options)
             for start in range(0, len(book), 500):
                 stream.push_text(book[start : start + 500])
             stream.end()

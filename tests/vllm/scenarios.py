@@ -37,17 +37,19 @@ PLANS = [
 ]
 
 
-def _voices(engine: Engine, variant: str) -> list:
+async def _voices(engine: Engine, variant: str) -> list:
     if variant == "custom_voice":
-        return [engine.voice(speaker=s, language="english") for s in ("vivian", "ryan", "eric", "serena")]
+        return [
+            await engine.voice(speaker=s, language="english") for s in ("vivian", "ryan", "eric", "serena")
+        ]
     rng = np.random.default_rng(3)
     t = np.arange(24000 * 2) / 24000
     wave = (0.3 * np.sin(2 * np.pi * 180 * t) + 0.05 * rng.standard_normal(t.shape)).astype(np.float32)
     return [
-        engine.voice(ref_audio=(wave, 24000)),
-        engine.voice(ref_audio=(wave, 24000), ref_text="A short reference."),
-        engine.voice(ref_audio=(wave, 24000)),
-        engine.voice(ref_audio=(wave, 24000), ref_text="A short reference."),
+        await engine.voice(ref_audio=(wave, 24000)),
+        await engine.voice(ref_audio=(wave, 24000), ref_text="A short reference."),
+        await engine.voice(ref_audio=(wave, 24000)),
+        await engine.voice(ref_audio=(wave, 24000), ref_text="A short reference."),
     ]
 
 
@@ -83,7 +85,7 @@ async def _run_stream(engine: Engine, voice, layout: str, how: str, sampling: di
 
 
 async def _all(engine: Engine, variant: str, max_frames: int) -> list[dict]:
-    voices = _voices(engine, variant)
+    voices = await _voices(engine, variant)
     return await asyncio.gather(
         *(
             _run_stream(engine, voice, layout, how, sampling, max_frames)
@@ -120,7 +122,7 @@ def cancel_wait() -> dict:
         scheduler = engine.scheduler
 
         async def run() -> dict:
-            voice = engine.voice(speaker="vivian", language="english")
+            voice = await engine.voice(speaker="vivian", language="english")
             waiting = engine.open_stream(voice, StreamOptions(greedy=True))
             waiting.push_text("Hello there, how are")  # no end: it speaks, then waits for more
             # Its wait for text starts while the other stream runs, so time it from here: measured

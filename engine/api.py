@@ -1,0 +1,63 @@
+"""The engine contract: what a server, a benchmark or your own program holds, whatever runs the
+engine. `Engine` (engine/engine.py, the engine in this process) and `EngineProcess`
+(engine/engine_process.py, the engine in a process of its own) both satisfy `EngineClient`, and both
+hand out `StreamHandle`s (engine/handle.py). tests/engine/test_contract.py runs one suite on both.
+
+Nothing here blocks an event loop: resolving a voice is awaited, and a stream's requests are
+handed over without waiting on the engine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine.handle import StreamHandle
+from voicewire.engine.prompt import Voice
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from voicewire.engine.engine import EngineInfo
+
+
+class EngineClient(Protocol):
+    """An engine as its callers see it. Open streams and await voices in one running event loop."""
+
+    info: EngineInfo  # the loaded checkpoint, in plain values
+    config: EngineConfig
+
+    @property
+    def registry(self) -> CollectorRegistry | None:
+        """The engine's Prometheus metrics when they live in this process (else the engine process
+        serves them through the shared metrics folder)."""
+        ...
+
+    @property
+    def healthy(self) -> bool:
+        """The engine runs and can take streams."""
+        ...
+
+    @property
+    def live_streams(self) -> int:
+        """Streams holding a slot in the whole engine, whoever opened them."""
+        ...
+
+    async def voice(self, **fields: Any) -> Voice:
+        """A voice that fits the loaded checkpoint, from request fields: `speaker`, `language`,
+        `instruct`, `ref_audio` ((samples, rate)), `ref_text`, `speaker_embedding`. Computed voices
+        are kept by content. Raises InvalidVoice."""
+        ...
+
+    async def check_voice(self, voice: Voice) -> None:
+        """Raise InvalidVoice unless a voice made elsewhere fits the loaded checkpoint."""
+        ...
+
+    def open_stream(self, voice: Voice, options: StreamOptions | None = None) -> StreamHandle:
+        """A new stream in the running event loop. Raises InvalidOptions, or EngineFull when the
+        whole engine has no slot free."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine (or the connection to it); open streams get no more audio."""
+        ...
