@@ -29,6 +29,7 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	bash scripts/typecheck.sh $(VENV)
 
 test: setup $(TEST_TOOLS) lint
 	$(PY) -m pytest -q

@@ -24,6 +24,7 @@ import msgpack
 import numpy as np
 import opuslib
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.typing import Subprotocol
 
 MSGPACK = "voicewire.v1.msgpack"
 __all__ = ["Client", "ClientContext", "ServerError"]
@@ -155,7 +156,9 @@ class Client:
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
         query = f"?token={token}" if token else ""
         ws = await connect(
-            f"{url.rstrip('/')}/v1/stream{query}", subprotocols=[MSGPACK], additional_headers=headers
+            f"{url.rstrip('/')}/v1/stream{query}",
+            subprotocols=[Subprotocol(MSGPACK)],
+            additional_headers=headers,
         )
         message = {
             "type": "start",

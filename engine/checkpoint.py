@@ -68,11 +68,7 @@ def parse_device(name: str | torch.device) -> torch.device:
 
 
 def resolve_model_dir(path_or_id: str | Path) -> Path:
-    """A local folder as is, `tiny` as the built-in tiny checkpoint, else a Hugging Face repo id."""
-    if str(path_or_id) == "tiny":
-        from voicewire.engine.tiny import builtin_tiny_checkpoint
-
-        return builtin_tiny_checkpoint()
+    """A local folder as is, else a Hugging Face repo id (`Qwen3TTS.load` takes `tiny` too)."""
     local = Path(path_or_id).expanduser()
     if local.is_dir():
         _check_layout(local)

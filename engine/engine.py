@@ -10,7 +10,6 @@ their `StreamHandle`s in the event loop they opened them in; audio comes back th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import itertools
 import logging
@@ -20,14 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import torch
 from prometheus_client import CollectorRegistry
 
 from voicewire.engine import pointwise
+from voicewire.engine.backend import TalkerBackend
 from voicewire.engine.config import EngineConfig, StreamOptions
-from voicewire.engine.decode_stage import TALKER_PRIORITY, DecoderStage
+from voicewire.engine.decode_stage import DecoderStage
 from voicewire.engine.errors import InvalidOptions, InvalidVoice
 from voicewire.engine.frame_step import GenerationOptions
 from voicewire.engine.gc_pauses import GcPauses
@@ -39,13 +38,9 @@ from voicewire.engine.scheduler import Scheduler
 from voicewire.engine.stream import SAMPLE_RATE, AudioChunk, Stream, StreamListener, StreamResult
 from voicewire.engine.voices import VoiceCache, voice_key
 
-if TYPE_CHECKING:
-    from voicewire.engine.vllm.scheduler import VllmScheduler
-
 log = logging.getLogger(__name__)
 
-IDLE_WAIT_S = 0.05  # the scheduler sleeps this long at most when no stream can step
-VLLM_START_TIMEOUT_S = 900.0
+BACKEND_START_TIMEOUT_S = 900.0  # vLLM starts processes of its own
 CLOSE_TIMEOUT_S = 30.0
 # The engine's threads give up the GIL at every GPU wait and need it back at once, while the
 # server's event loop holds it for socket work; Python's default 5 ms switch interval then
@@ -122,24 +117,24 @@ class Engine:
         max_ahead = int(self.config.max_buffered_seconds * SAMPLE_RATE)
         self._ids = itertools.count(1)
         self.voices = VoiceCache()
-        self._wake_event = threading.Event()
         self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self.scheduler: Scheduler | VllmScheduler
+        self.scheduler: TalkerBackend
         if self.config.backend == "vllm":
             from voicewire.engine.vllm.scheduler import VllmScheduler
 
             self.scheduler = VllmScheduler(
                 model.parts(), model.folder, self.config, self.decoder_stage, max_ahead
             )
-            talker = threading.Thread(
-                target=self.scheduler.run, args=(self._stop,), name="voicewire-vllm", daemon=True
-            )
         else:
             self.scheduler = Scheduler(
                 model.parts(), self.config, self.decoder_stage, max_ahead, self.metrics
             )
-            talker = threading.Thread(target=self._run_scheduler, name="voicewire-scheduler", daemon=True)
+        talker = threading.Thread(
+            target=self.scheduler.run,
+            args=(self._stop,),
+            name=f"voicewire-{self.config.backend}",
+            daemon=True,
+        )
         self._threads = [
             talker,
             threading.Thread(
@@ -152,12 +147,11 @@ class Engine:
         self.gc_pauses.start()
         for thread in self._threads:
             thread.start()
-        if not isinstance(self.scheduler, Scheduler):
-            try:
-                self.scheduler.wait_ready(VLLM_START_TIMEOUT_S)
-            except BaseException:
-                self.close()
-                raise
+        try:
+            self.scheduler.wait_ready(BACKEND_START_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
 
     @classmethod
     def from_config(cls, config: EngineConfig | str | Path | None = None, **overrides: Any) -> Engine:
@@ -185,7 +179,7 @@ class Engine:
     @property
     def healthy(self) -> bool:
         """Both threads are running (false after a bug stopped one, or after close)."""
-        return self._error is None and all(thread.is_alive() for thread in self._threads)
+        return self.scheduler.error is None and all(thread.is_alive() for thread in self._threads)
 
     @property
     def live_streams(self) -> int:
@@ -259,8 +253,8 @@ class Engine:
     def _new_stream(
         self, voice: Voice, options: StreamOptions, listener: StreamListener
     ) -> tuple[Stream, GenerationOptions]:
-        if self._error is not None:
-            raise RuntimeError("the engine's scheduler stopped") from self._error
+        if self.scheduler.error is not None:
+            raise RuntimeError("the engine's scheduler stopped") from self.scheduler.error
         self.validate_voice(voice)
         generation = generation_options(self.info, options)
         return Stream(next(self._ids), voice, options, self.model.tokenizer, self._wake, listener), generation
@@ -282,32 +276,10 @@ class Engine:
         self.config = dataclasses.replace(self.config, **settings)
         self.decoder_stage.chunks = self.config.chunks
         self.decoder_stage.urgent = self.config.urgent_chunks
-        if isinstance(self.scheduler, Scheduler):
-            self.scheduler.config = self.config
+        self.scheduler.config = self.config
 
     def _wake(self) -> None:
-        if isinstance(self.scheduler, Scheduler):
-            self._wake_event.set()
-        else:
-            self.scheduler.wake()
-
-    def _run_scheduler(self) -> None:
-        device = self.model.device
-        # Not the legacy default stream: work queued there blocks the decoder's streams until it drains.
-        own_stream = (
-            torch.cuda.stream(torch.cuda.Stream(device, priority=TALKER_PRIORITY))
-            if device.type == "cuda"
-            else None
-        )
-        try:
-            with own_stream or contextlib.nullcontext():
-                while not self._stop.is_set():
-                    self._wake_event.clear()
-                    if not self.scheduler.step():
-                        self._wake_event.wait(IDLE_WAIT_S)
-        except BaseException as exc:  # a bug, not a stream's fault: keep it for open_stream to report
-            log.exception("the scheduler stopped")
-            self._error = exc
+        self.scheduler.wake()
 
     def close(self) -> None:
         """Stop both threads. Open streams get no more audio. On the vllm backend this includes

@@ -303,7 +303,8 @@ class _Client:
             if call.method == "voice":
                 value: Any = _on_cpu(self.engine.make_voice(call.kwargs))
             elif call.method == "check_voice":
-                value = self.engine.validate_voice(*call.args)
+                self.engine.validate_voice(*call.args)
+                value = None
             else:
                 raise EngineError(f"no engine call {call.method!r}")
         except EngineError as exc:

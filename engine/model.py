@@ -18,6 +18,7 @@ from voicewire.engine.prompt import TextIds, Voice, build_prompt
 from voicewire.engine.scheduler import ModelParts, Scheduler
 from voicewire.engine.segments import SegmentPolicy, TrackEntry
 from voicewire.engine.stream import Stream
+from voicewire.engine.tiny import builtin_tiny_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,9 @@ class Qwen3TTS:
     @classmethod
     def load(cls, model: str | Path, device: str = "cpu", dtype: str = "float32") -> Qwen3TTS:
         """Load a checkpoint folder, a Hugging Face repo id, or `tiny` (the built-in random one)."""
-        folder = checkpoint.resolve_model_dir(model)
+        # The built-in tiny checkpoint is written by engine/tiny.py, which reads the model files'
+        # parameter names: resolved here, above them, so that no module imports in a circle.
+        folder = builtin_tiny_checkpoint() if str(model) == "tiny" else checkpoint.resolve_model_dir(model)
         return cls(
             folder,
             checkpoint.parse_device(device),

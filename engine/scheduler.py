@@ -14,6 +14,7 @@ free their slot in the same step.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import threading
@@ -26,6 +27,7 @@ import torch
 from torch import Tensor
 
 from voicewire.engine.config import EngineConfig
+from voicewire.engine.decode_stage import TALKER_PRIORITY
 from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
 from voicewire.engine.frame_step import MIN_FRAMES, FrameStepper, GenerationOptions
 from voicewire.engine.metrics import EngineMetrics
@@ -45,6 +47,8 @@ from voicewire.engine.text_stream import TextToken
 from voicewire.engine.text_tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.05  # the loop sleeps this long at most when no stream can step
 
 
 class FrameSink(Protocol):
@@ -151,6 +155,8 @@ class Scheduler:
         self._incoming: list[_Live] = []
         self._lock = threading.Lock()
         self._reserved = 0
+        self._wake_event = threading.Event()
+        self._error: BaseException | None = None
         self._progress = False
         self._launched: _Launched | None = None
         # Page-locked copies of the steps' outputs, used in turn: step k+2 is launched after step k
@@ -176,6 +182,16 @@ class Scheduler:
             live = _Live(stream, options, stream.options.max_frames, lookahead, segments, slot)
             self._incoming.append(live)
 
+    def wake(self) -> None:
+        self._wake_event.set()
+
+    def wait_ready(self, timeout: float) -> None:
+        """Ready once built: the weights are loaded and the graphs captured."""
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
+
     @property
     def live_streams(self) -> int:
         with self._lock:
@@ -187,6 +203,25 @@ class Scheduler:
             return self.config.max_streams - len(self._free)
 
     # --- the scheduler's thread ----------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Step until `stop`, sleeping while no stream can step."""
+        device = self.stepper.device
+        # Not the legacy default stream: work queued there blocks the decoder's streams until it drains.
+        own_stream = (
+            torch.cuda.stream(torch.cuda.Stream(device, priority=TALKER_PRIORITY))
+            if device.type == "cuda"
+            else None
+        )
+        try:
+            with own_stream or contextlib.nullcontext():
+                while not stop.is_set():
+                    self._wake_event.clear()
+                    if not self.step():
+                        self._wake_event.wait(IDLE_WAIT_S)
+        except BaseException as exc:  # a bug, not a stream's fault: kept for the engine to report
+            log.exception("the scheduler stopped")
+            self._error = exc
 
     @torch.inference_mode()
     def step(self) -> bool:
@@ -324,15 +359,17 @@ class Scheduler:
         """Each prompt's rows as vectors [T, H]. Prompts whose voices carry no x-vector or reference
         codes share one call: a round may start dozens, and each call is a dozen small launches.
         A failed call fails its own streams only."""
-        shared, alone = [], []
+        shared: list[_Prompt] = []
+        alone: list[_Prompt] = []
         for p in prompts:
             assert p.live.voice is not None  # admitted
             plain = p.live.voice.xvector is None and p.live.voice.ref_codes is None
             (shared if plain else alone).append(p)
         groups = ([shared] if shared else []) + [[p] for p in alone]
-        embedded = []
+        embedded: list[tuple[_Prompt, Tensor]] = []
         for group in groups:
             voice = group[0].live.voice
+            assert voice is not None  # admitted
             joined = Rows([i for p in group for i in p.rows.text], [i for p in group for i in p.rows.codec])
             try:
                 vectors = embed_rows(self.parts.talker, joined, voice.xvector, voice.ref_codes)
@@ -485,8 +522,9 @@ class Scheduler:
         self.sink.frames([live.stream for live in ok], frame[[live.slot for live in ok]], ok_fed)
         eos = self.parts.talker.cfg.codec_eos_id
         for live in ok:
-            segment = live.segments.head
-            assert segment is not None
+            head = live.segments.head
+            assert head is not None
+            segment = head
             live.frames += 1
             read = segment.frames - live.in_flight  # the segment's frames read so far
             if live.max_frames is not None and live.frames >= live.max_frames:

@@ -10,7 +10,6 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -26,7 +25,7 @@ from voicewire.engine import StreamOptions
 from voicewire.engine.api import EngineClient
 from voicewire.server import protocol as p
 from voicewire.server.auth import Auth, split_subprotocols
-from voicewire.server.config import ServerConfig
+from voicewire.server.config import ServerConfig, uvicorn_options
 from voicewire.server.errors import HTTP_STATUS, ProtocolError
 from voicewire.server.metrics import Metrics
 from voicewire.server.session import Session
@@ -183,13 +182,6 @@ async def _warm_up(engine: EngineClient) -> None:
     reasons = [await one()]
     reasons += await asyncio.gather(*(one() for _ in range(min(3, engine.config.max_streams))))
     log.info("engine warm in %.1f s: %s", time.monotonic() - started, ", ".join(reasons))
-
-
-def uvicorn_options(config: ServerConfig) -> dict[str, Any]:
-    """uvicorn settings every way of serving the app shares. permessage-deflate is off: the audio
-    is already compressed, and deflating every Opus packet took a third of the event loop at 256
-    streams. Frames may be larger than a message (the server's own limit answers those)."""
-    return {"ws_per_message_deflate": False, "ws_max_size": config.max_message_bytes * 4}
 
 
 class BackgroundServer:

@@ -63,7 +63,7 @@ class Auth:
 
     def _check_token(self, token: str) -> str:
         try:
-            payload = self._tokens.loads(token, max_age=self.config.token_ttl_s)
+            payload = self._tokens.loads(token, max_age=round(self.config.token_ttl_s))
         except SignatureExpired:
             raise ProtocolError(
                 "unauthorized", "the token has expired; mint a new one with POST /v1/tokens"

@@ -39,12 +39,12 @@ import traceback
 import urllib.request
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import NamedTuple
 
 import msgpack
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 from voicewire.server.protocol import BufferingSpec
 
@@ -140,12 +140,13 @@ def _percentiles(values: list[float], low: bool = False) -> dict[str, float | No
     if not values:
         return dict.fromkeys((*qs, extreme))
     array = np.asarray(values, dtype=np.float64)
-    return {q: round(float(np.percentile(array, int(q[1:]))), 2) for q in qs} | {
-        extreme: round(float(array.min() if low else array.max()), 2)
-    }
+    found: dict[str, float | None] = {q: round(float(np.percentile(array, int(q[1:]))), 2) for q in qs}
+    found[extreme] = round(float(array.min() if low else array.max()), 2)
+    return found
 
 
-class Underruns(NamedTuple):
+@dataclass(frozen=True)
+class Underruns:
     count: int
     gap_s: float  # the total
     played_s: tuple[float, ...]  # the audio played before each gap
@@ -217,7 +218,9 @@ async def _session(load: Load, index: int, seed: int, cancel: bool) -> _Run:
     run = _Run(stream=index, probe=cancel)
     rate = load.rate
     connecting = time.perf_counter()
-    async with connect(f"{load.url}/v1/stream", subprotocols=["voicewire.v1.msgpack"], max_size=2**22) as ws:
+    async with connect(
+        f"{load.url}/v1/stream", subprotocols=[Subprotocol("voicewire.v1.msgpack")], max_size=2**22
+    ) as ws:
         await ws.send(msgpack.packb(start_message(load, seed)))
         ready = msgpack.unpackb(await ws.recv())
         if ready["type"] != "ready":
@@ -347,9 +350,9 @@ def _run_in_processes(load: Load, streams: int, processes: int) -> LevelRuns:
             pipe.send(start_at)
         results = _receive_all(pipes, "done", timeout=None)
     finally:
-        for process in workers:
-            if process.is_alive():
-                process.terminate()
+        for worker_process in workers:
+            if worker_process.is_alive():
+                worker_process.terminate()
             process.join()
         for pipe in pipes:
             pipe.close()

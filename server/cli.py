@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from voicewire.server.config import LOG_FORMAT
 from voicewire.server.metrics_dir import multiprocess_dir
@@ -85,8 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from voicewire.engine import EngineConfig
     from voicewire.engine.engine_process import EngineProcess
-    from voicewire.server.app import uvicorn_options
-    from voicewire.server.config import ServerConfig
+    from voicewire.server.config import ServerConfig, uvicorn_options
     from voicewire.server.worker import (
         WORKER_APP,
         can_balance_connections,
@@ -114,7 +114,11 @@ def _serve(args: argparse.Namespace) -> int:
     # The engine runs in a process of its own, so sockets and Opus never hold its interpreter.
     engine = EngineProcess.start(engine_config, on_lost=stop_this_process)
     try:
-        options = {"host": server_config.host, "port": server_config.port, "log_level": "info"}
+        options: dict[str, Any] = {
+            "host": server_config.host,
+            "port": server_config.port,
+            "log_level": "info",
+        }
         options |= uvicorn_options(server_config)
         log.info(
             "serving ws://%s:%d/v1/stream with %d worker(s)",

@@ -68,3 +68,10 @@ class ServerConfig:
                     raise ValueError(f"server setting {name} must be a list of strings")
                 data[name] = tuple(data[name])
         return cls(**data)
+
+
+def uvicorn_options(config: ServerConfig) -> dict[str, Any]:
+    """uvicorn settings every way of serving the app shares. permessage-deflate is off: the audio
+    is already compressed, and deflating every Opus packet took a third of the event loop at 256
+    streams. Frames may be larger than a message (the server's own limit answers those)."""
+    return {"ws_per_message_deflate": False, "ws_max_size": config.max_message_bytes * 4}

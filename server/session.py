@@ -158,7 +158,7 @@ class Session:
             except ProtocolError as error:
                 self._error(error)
 
-    async def _handle(self, message: object) -> None:
+    async def _handle(self, message: p.ClientMessage) -> None:
         if isinstance(message, p.Ping):
             self._emit(p.Pong(id=message.id))
         elif isinstance(message, p.Start):

@@ -166,6 +166,11 @@ class VllmScheduler:
             except RuntimeError:  # the loop closed meanwhile
                 pass
 
+    @property
+    def error(self) -> BaseException | None:
+        with self._lock:
+            return self._error
+
     def wait_ready(self, timeout: float) -> None:
         """Block until vLLM has started (or raise why it did not)."""
         if not self._ready.wait(timeout):

@@ -19,10 +19,10 @@ def test_sessions_run_back_to_back_per_stream(tiny_models) -> None:
     with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=4, kv_length=256)) as engine:
         open_stream, seeds, open_at_once = engine.open_stream, [], []
 
-        def counting_open(voice, options=None, listener=None):
+        def counting_open(voice, options=None):
             open_at_once.append(engine.live_streams + 1)
             seeds.append(options.seed)
-            return open_stream(voice, options, listener)
+            return open_stream(voice, options)
 
         engine.open_stream = counting_open
         report = asyncio.run(run_bench(engine, settings))
@@ -39,9 +39,9 @@ def test_staggered_streams_open_spread_over_the_stagger(tiny_models) -> None:
     with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=4, kv_length=256)) as engine:
         open_stream, opened = engine.open_stream, []
 
-        def timed_open(voice, options=None, listener=None):
+        def timed_open(voice, options=None):
             opened.append((options.seed, time.perf_counter()))
-            return open_stream(voice, options, listener)
+            return open_stream(voice, options)
 
         engine.open_stream = timed_open
         report = asyncio.run(run_bench(engine, settings))
