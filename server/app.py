@@ -30,6 +30,8 @@ from voicewire.server.errors import HTTP_STATUS, ProtocolError
 from voicewire.server.metrics import Metrics
 from voicewire.server.session import Session
 from voicewire.server.speech_api import speech_endpoints
+from voicewire.server.voice_store import VoiceLibraryConfig
+from voicewire.server.voices_api import CALLER, VoiceLibrary
 from voicewire.server.wire import JSON, SUBPROTOCOLS, Codec
 
 log = logging.getLogger(__name__)
@@ -38,15 +40,20 @@ WEB = Path(__file__).resolve().parents[1] / "web"
 
 
 def create_app(
-    engine: EngineClient, config: ServerConfig | None = None, close_engine: bool = False
+    engine: EngineClient,
+    config: ServerConfig | None = None,
+    close_engine: bool = False,
+    voice_library: VoiceLibraryConfig | None = None,
 ) -> Starlette:
     """An app serving `engine`. The caller owns the engine, unless `close_engine`: then the app closes
-    it when it shuts down (`voicewire serve`)."""
+    it when it shuts down (`voicewire serve`). `voice_library`: where stored voices live (default:
+    $VOICEWIRE_DATA_DIR or the user's data folder, opened on first use)."""
     config = config or ServerConfig()
     executor = ThreadPoolExecutor(max_workers=config.codec_thread_count, thread_name_prefix="voicewire-codec")
     metrics = Metrics(engine.registry)
-    speech, voices = speech_endpoints(engine, metrics)
     auth = Auth(config)
+    library = VoiceLibrary(engine, voice_library or VoiceLibraryConfig.from_env(), metrics, shared=auth.open)
+    speech, voices = speech_endpoints(engine, metrics, library)
     if auth.open:
         log.warning("no API keys configured: the server is open; the CLI keeps it on loopback")
     middleware = []
@@ -55,7 +62,7 @@ def create_app(
             Middleware(
                 CORSMiddleware,
                 allow_origins=list(config.allowed_origins),
-                allow_methods=["GET", "POST"],
+                allow_methods=["GET", "POST", "DELETE"],
                 allow_headers=["authorization", "content-type"],
             )
         )
@@ -85,6 +92,7 @@ def create_app(
             session = Session(websocket, engine, codec, config, executor, metrics)
             log.info("session %s opened (%s, %s)", session.id, codec.subprotocol, identity)
             metrics.sessions_opened.labels(str(os.getpid())).inc()
+            CALLER.set((library, identity))  # for start.voice.id (settings.py)
             await session.run()
             log.info("session %s closed", session.id)
         finally:
@@ -110,6 +118,12 @@ def create_app(
         token = auth.mint(request.state.identity)
         return JSONResponse({"token": token, "expires_in": config.token_ttl_s, "token_type": "voicewire"})
 
+    async def voice_list(request: Request) -> Response:
+        return await (library.create(request) if request.method == "POST" else voices(request))
+
+    async def voice_one(request: Request) -> Response:
+        return await (library.delete(request) if request.method == "DELETE" else library.get(request))
+
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
@@ -131,6 +145,7 @@ def create_app(
         app.state.warm = True
         yield
         executor.shutdown(wait=False, cancel_futures=True)
+        library.store.close()
         if close_engine:
             await asyncio.to_thread(engine.close)
 
@@ -141,7 +156,8 @@ def create_app(
             Route("/ready", ready),
             Route("/metrics", metrics_endpoint),
             Route("/v1/audio/speech", guarded(speech), methods=["POST"]),
-            Route("/v1/voices", guarded(voices)),
+            Route("/v1/voices", guarded(voice_list), methods=["GET", "POST"]),
+            Route("/v1/voices/{voice_id}", guarded(voice_one), methods=["GET", "DELETE"]),
             Route("/v1/tokens", guarded(tokens, tokens_allowed=False), methods=["POST"]),
             # The player (/player.js) and the demo page (/), last so they shadow no route.
             Mount("/", app=StaticFiles(directory=WEB, html=True), name="web"),
@@ -154,6 +170,7 @@ def create_app(
     app.state.warm = False
     app.state.metrics = metrics
     app.state.auth = auth
+    app.state.voices = library
     return app
 
 

@@ -92,6 +92,29 @@ class Metrics:
             registry=self.registry,
         )
 
+        # The voice library (server/voices_api.py).
+        self.voices_stored = Gauge(
+            "voicewire_voices_stored",
+            "Voices in the voice library, as the latest upload or delete saw them",
+            registry=self.registry,
+            multiprocess_mode="mostrecent",
+        )
+        self.voice_uploads = Counter(
+            "voicewire_voice_uploads", "Voices cloned and stored (POST /v1/voices)", registry=self.registry
+        )
+        self.voice_upload_failures = Counter(
+            "voicewire_voice_upload_failures",
+            "POST /v1/voices refused, by error code",
+            ["code"],
+            registry=self.registry,
+        )
+        self.voice_compute = Histogram(
+            "voicewire_voice_compute_seconds",
+            "Computing a voice from reference audio: the x-vector, and the reference codes in context",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         if MULTIPROCESS_DIR not in os.environ:
             engine = b"" if self.engine_registry is None else generate_latest(self.engine_registry)

@@ -26,6 +26,7 @@ class VoiceSpec(_Message):
     language: StrictStr = "auto"
     instruct: Annotated[StrictStr, Field(max_length=2000)] | None = None  # VoiceDesign, CustomVoice 1.7B
     speaker_embedding: list[StrictFloat | StrictInt] | None = None  # Base: an x-vector
+    id: Annotated[StrictStr, Field(min_length=1, max_length=64)] | None = None  # Base: a stored voice
 
 
 class FormatSpec(_Message):

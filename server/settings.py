@@ -10,6 +10,8 @@ from voicewire.engine.api import EngineClient
 from voicewire.server import protocol as p
 from voicewire.server.encoder import OutputFormat
 from voicewire.server.errors import ProtocolError, from_engine
+from voicewire.server.http_errors import HttpError
+from voicewire.server.voices_api import CALLER
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ async def settings_from_start(message: p.Start, engine: EngineClient) -> Session
     """Raises ProtocolError (invalid_format, invalid_voice, invalid_options)."""
     fmt = OutputFormat.from_spec(message.format)
     spec = message.voice
+    if spec.id is not None:
+        return SessionSettings(await _stored_voice(spec), _options(message, engine), fmt)
     try:
         voice = await engine.voice(
             speaker=spec.speaker,
@@ -34,6 +38,29 @@ async def settings_from_start(message: p.Start, engine: EngineClient) -> Session
     except EngineError as exc:
         raise from_engine(exc, None) from None
     return SessionSettings(voice, options, fmt)
+
+
+async def _stored_voice(spec: p.VoiceSpec) -> Voice:
+    """`start.voice.id`: a voice from the library, for the socket's caller (set by the app)."""
+    if spec.speaker is not None or spec.instruct is not None or spec.speaker_embedding is not None:
+        raise ProtocolError(
+            "invalid_voice", "voice.id names a whole voice: give no speaker, instruct or embedding"
+        )
+    caller = CALLER.get()
+    if caller is None:
+        raise ProtocolError("invalid_voice", "this server has no voice library")
+    library, identity = caller
+    try:
+        return await library.resolve(spec.id or "", identity, spec.language)
+    except HttpError as error:
+        raise ProtocolError("invalid_voice", error.message) from None
+
+
+def _options(message: p.Start, engine: EngineClient) -> StreamOptions:
+    try:
+        return _stream_options(message, engine)
+    except EngineError as exc:
+        raise from_engine(exc, None) from None
 
 
 def _stream_options(message: p.Start, engine: EngineClient) -> StreamOptions:

@@ -1,5 +1,9 @@
 """HTTP: `POST /v1/audio/speech` (OpenAI-compatible) and `GET /v1/voices`.
 
+`voice` names a CustomVoice speaker, or on Base checkpoints a stored voice's id (voices_api.py);
+a Base checkpoint also takes a one-off reference (`ref_audio`, base64, with an optional `ref_text`).
+Every client mistake is a 4xx with a stable code (http_errors.py).
+
 The speech endpoint takes the whole text at once and answers with 24 kHz 16-bit mono audio (at
 `speed` other than 1, time-stretched with the pitch kept: `tempo.py`), as
 `pcm` (raw) or `wav`, either streamed as it is generated (`stream: true`; the WAV header then
@@ -8,6 +12,7 @@ declares an unknown length) or in one body.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import AsyncIterator
 from typing import Annotated, Literal
@@ -26,12 +31,14 @@ from pydantic import (
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from voicewire.engine import EngineError, EngineFull, StreamOptions
+from voicewire.engine import EngineError, EngineFull, StreamOptions, Voice
 from voicewire.engine.api import EngineClient
 from voicewire.engine.handle import StreamHandle
 from voicewire.engine.stream import SAMPLE_RATE
+from voicewire.server.http_errors import HttpError, error_response
 from voicewire.server.metrics import Metrics
 from voicewire.server.tempo import TimeStretch
+from voicewire.server.voices_api import VoiceLibrary, decode_base64_audio, decode_reference
 
 UNKNOWN_LENGTH = 0xFFFFFFFF  # a streamed WAV's sizes, which readers take as "to the end"
 MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
@@ -42,7 +49,9 @@ class SpeechRequest(BaseModel):
 
     input: Annotated[StrictStr, Field(min_length=1, max_length=20000)]
     model: StrictStr | None = None  # accepted for compatibility; the server has one model
-    voice: StrictStr | None = None  # a speaker name (CustomVoice)
+    voice: StrictStr | None = None  # a speaker name (CustomVoice) or a stored voice's id (Base)
+    ref_audio: StrictStr | None = None  # Base: base64 reference audio, cloned for this request
+    ref_text: StrictStr | None = None  # with ref_audio: its transcript (in-context cloning)
     instructions: Annotated[StrictStr, Field(max_length=2000)] | None = None
     language: StrictStr = "auto"
     response_format: StrictStr = "wav"
@@ -53,9 +62,11 @@ class SpeechRequest(BaseModel):
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
-    return JSONResponse(
-        {"error": {"message": message, "type": "invalid_request_error", "code": code}}, status
-    )
+    return error_response(status, message, code)
+
+
+# A stream that fails for one of these failed on the request's account: 4xx, not 500.
+CLIENT_CODES = {"invalid_voice": 400, "invalid_options": 400, "invalid_text": 400, "engine_full": 503}
 
 
 def wav_header(samples: int | None) -> bytes:
@@ -88,7 +99,7 @@ def _at_speed(pcm: np.ndarray, final: bool, tempo: TimeStretch | None) -> np.nda
     return pcm if tempo is None else tempo.process(pcm, final=final)
 
 
-def speech_endpoints(engine: EngineClient, metrics: Metrics):
+def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibrary):
     async def speech(request: Request) -> Response:
         try:
             body = SpeechRequest.model_validate_json(await request.body())
@@ -97,29 +108,62 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics):
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "body"
             return _error(400, f"{where}: {first['msg']}", "invalid_request")
-        response = await _speak(body)
+        try:
+            response = await _speak(body, request.state.identity)
+        except HttpError as error:
+            response = error.response()
         metrics.http_requests.labels(str(response.status_code)).inc()
         return response
 
-    async def _speak(body: SpeechRequest) -> Response:
+    async def _voice(body: SpeechRequest, identity: str) -> Voice:
+        info = engine.info
+        if info.variant != "base":
+            if body.ref_audio is not None or body.ref_text is not None:
+                raise HttpError(
+                    400,
+                    "invalid_voice",
+                    f"ref_audio clones a voice: a Base checkpoint's; this one is {info.variant}",
+                )
+            # VoiceDesign ignores `voice`, which OpenAI clients always send.
+            fields: dict = {"language": body.language, "instruct": body.instructions}
+            if info.variant == "custom_voice":
+                fields["speaker"] = body.voice or info.speakers[0]
+            try:
+                return await engine.voice(**fields)
+            except EngineError as exc:
+                raise HttpError(400, "invalid_voice", exc.message) from None
+        if body.instructions is not None:
+            raise HttpError(400, "invalid_voice", "instructions are not supported by Base checkpoints")
+        if body.ref_audio is not None:
+            if body.voice is not None:
+                raise HttpError(400, "invalid_voice", "give a stored voice or ref_audio, not both")
+            ref_text = library.check_ref_text(body.ref_text)
+            data = decode_base64_audio(body.ref_audio, library.config)
+            if len(data) > library.config.max_upload_bytes:
+                raise HttpError(
+                    413, "upload_too_large", f"ref_audio is over {library.config.max_upload_bytes} bytes"
+                )
+            reference = await asyncio.to_thread(decode_reference, data, library.config)
+            return await library.clone(reference, ref_text, body.language)
+        if body.ref_text is not None:
+            raise HttpError(400, "invalid_voice", "ref_text needs ref_audio")
+        if body.voice is None:
+            raise HttpError(
+                400,
+                "invalid_voice",
+                "this Base checkpoint clones voices: give a stored voice's id (POST /v1/voices) or ref_audio",
+            )
+        return await library.resolve(body.voice, identity, body.language)
+
+    async def _speak(body: SpeechRequest, identity: str) -> Response:
         if body.response_format not in MEDIA_TYPES:
             return _error(
                 400,
                 f"response_format {body.response_format!r} is not supported; use wav or pcm",
                 "unsupported_format",
             )
-        info = engine.info
-        fields: dict = {"language": body.language, "instruct": body.instructions}
-        if info.variant == "custom_voice":
-            fields["speaker"] = body.voice or info.speakers[0]
-        elif info.variant == "base":
-            return _error(
-                400,
-                "this checkpoint clones voices: use the WebSocket API with a speaker_embedding",
-                "invalid_voice",
-            )
+        voice = await _voice(body, identity)
         try:
-            voice = await engine.voice(**fields)
             stream = engine.open_stream(voice, StreamOptions(seed=body.seed))
         except EngineFull as exc:
             return _error(503, exc.message, exc.code)
@@ -134,8 +178,8 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics):
             )
         try:
             pcm = b"".join([_pcm16(_at_speed(chunk.pcm, chunk.final, tempo)) async for chunk in stream])
-        except EngineError as exc:
-            return _error(500, exc.message, exc.code)
+        except EngineError as exc:  # the voice, checked when the stream starts, or the engine
+            return _error(CLIENT_CODES.get(exc.code, 500), exc.message, exc.code)
         header = wav_header(len(pcm) // 2) if body.response_format == "wav" else b""
         return Response(header + pcm, media_type=MEDIA_TYPES[body.response_format])
 
@@ -162,6 +206,7 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics):
             {
                 "variant": info.variant,
                 "voices": speakers,
+                "stored": await library.list(request),
                 "languages": list(info.languages),
                 "instructions": info.variant == "voice_design" or info.model_size == "1b7",
                 "cloning": info.variant == "base",

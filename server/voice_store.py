@@ -188,8 +188,9 @@ class VoiceStore:
                 self._db.close()
                 self._db = None
 
-    def add(self, voice: StoredVoice, max_per_owner: int | None = None) -> None:
-        """Store `voice`; raises TooManyVoices when its owner (None: anyone) holds max_per_owner."""
+    def add(self, voice: StoredVoice, max_per_owner: int | None = None, shared: bool = False) -> None:
+        """Store `voice`; raises TooManyVoices when its owner (`shared`: everyone together) holds
+        `max_per_owner` voices already."""
         codes = voice.ref_codes
         row = (
             voice.id,
@@ -214,7 +215,11 @@ class VoiceStore:
             with db:
                 db.execute("BEGIN IMMEDIATE")  # the count and the insert see one state
                 if max_per_owner is not None:
-                    held = db.execute("SELECT COUNT(*) FROM voices WHERE owner = ?", (voice.owner,))
+                    held = (
+                        db.execute("SELECT COUNT(*) FROM voices")
+                        if shared
+                        else db.execute("SELECT COUNT(*) FROM voices WHERE owner = ?", (voice.owner,))
+                    )
                     if held.fetchone()[0] >= max_per_owner:
                         raise TooManyVoices(f"this key holds {max_per_owner} voices already")
                 db.execute(f"INSERT INTO voices ({_COLUMNS}) VALUES ({', '.join('?' * 16)})", row)

@@ -62,6 +62,37 @@ def test_bad_requests_are_4xx_with_openai_errors(server) -> None:
         assert response.json()["error"]["code"] == code, body
 
 
+def test_every_client_mistake_is_a_4xx_with_its_code(server) -> None:
+    """Issue 46, defect 3: an unknown voice or language, and every other client mistake on every
+    HTTP endpoint of a CustomVoice server, is a 4xx with a stable code (never a 500)."""
+    speech, voices = f"{server.http}/v1/audio/speech", f"{server.http}/v1/voices"
+    cases = [
+        (_post(server, voice="nobody"), 400, "invalid_voice"),
+        (_post(server, voice="vivian", language="klingon"), 400, "invalid_voice"),
+        (_post(server, language="klingon"), 400, "invalid_voice"),
+        (_post(server, voice="vivian", instructions="calm"), 400, "invalid_voice"),  # 0.6B: no instruct
+        (_post(server, ref_audio="AAAA"), 400, "invalid_voice"),  # cloning needs a Base checkpoint
+        (_post(server, ref_text="words"), 400, "invalid_voice"),
+        (_post(server, seed="one"), 400, "invalid_request"),
+        (_post(server, input=5), 400, "invalid_request"),
+        (httpx.post(speech, content=b"\xff\xfe", timeout=10), 400, "invalid_request"),
+        (httpx.post(speech, content=b"[" * 100_000, timeout=10), 400, "invalid_request"),
+        (httpx.post(voices, json={"name": "x", "audio": ""}, timeout=10), 400, "cloning_unsupported"),
+        (httpx.get(f"{voices}/voice_0", timeout=10), 404, "voice_not_found"),
+        (httpx.delete(f"{voices}/voice_0", timeout=10), 404, "voice_not_found"),
+    ]
+    for response, status, code in cases:
+        assert response.status_code == status, (response.request.content[:80], response.text)
+        assert response.json()["error"]["code"] == code, response.text
+    for method, url in (
+        ("GET", speech),
+        ("PUT", voices),
+        ("POST", f"{voices}/x"),
+        ("GET", f"{server.http}/v1/tokens"),
+    ):
+        assert 400 <= httpx.request(method, url, timeout=10).status_code < 500, (method, url)
+
+
 def test_speed_changes_the_length(server) -> None:
     lengths = {}
     for speed in (1.0, 1.5):
@@ -73,7 +104,7 @@ def test_speed_changes_the_length(server) -> None:
 
 def test_voices(server) -> None:
     voices = httpx.get(f"{server.http}/v1/voices", timeout=10).json()
-    assert voices["variant"] == "custom_voice" and not voices["cloning"]
+    assert voices["variant"] == "custom_voice" and not voices["cloning"] and voices["stored"] == []
     assert {v["id"] for v in voices["voices"]} == {"aiden", "dylan", "eric", "ryan", "serena", "vivian"}
     assert {"id": "eric", "dialect": "sichuan_dialect"} in voices["voices"]
     assert "english" in voices["languages"] and "auto" in voices["languages"]
