@@ -70,8 +70,23 @@ class ServerConfig:
         return cls(**data)
 
 
+# The most a client frame may be before the WebSocket layer stops reading it and closes the socket
+# (1009, after a fatal message_too_large). Up to it, a frame is read whole, held in memory, and answered
+# with a non-fatal message_too_large when it is over max_message_bytes: this bounds a socket's memory.
+WS_MAX_FRAME = 16 * 2**20
+
+
+def ws_max_size(config: ServerConfig) -> int:
+    """The largest client frame a socket reads (see WS_MAX_FRAME)."""
+    return max(WS_MAX_FRAME, 64 * config.max_message_bytes)
+
+
 def uvicorn_options(config: ServerConfig) -> dict[str, Any]:
     """uvicorn settings every way of serving the app shares. permessage-deflate is off: the audio
     is already compressed, and deflating every Opus packet took a third of the event loop at 256
-    streams. Frames may be larger than a message (the server's own limit answers those)."""
-    return {"ws_per_message_deflate": False, "ws_max_size": config.max_message_bytes * 4}
+    streams. Frames far larger than a message are still read (the session answers them, and the
+    socket goes on); past ws_max_size the WebSocket layer (server.wire.WireProtocol) says why, then
+    closes."""
+    from voicewire.server.wire import WireProtocol  # it imports uvicorn; the settings need not
+
+    return {"ws": WireProtocol, "ws_per_message_deflate": False, "ws_max_size": ws_max_size(config)}

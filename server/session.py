@@ -30,7 +30,7 @@ from voicewire.server.encoder import AudioEncoder
 from voicewire.server.errors import ProtocolError, from_engine
 from voicewire.server.metrics import Metrics
 from voicewire.server.settings import SessionSettings, settings_from_start
-from voicewire.server.wire import Codec
+from voicewire.server.wire import REFUSED, UNPACED, Codec
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +145,8 @@ class Session:
                 self._fail(ProtocolError("idle_timeout", f"no message for {self.config.idle_timeout_s:g} s"))
                 return
             if frame["type"] == "websocket.disconnect":
+                if frame.get(REFUSED):  # the WebSocket layer refused a frame and has said why
+                    self.metrics.errors.labels(frame[REFUSED]).inc()
                 return
             text, data = frame.get("text"), frame.get("bytes")
             try:
@@ -428,15 +430,30 @@ class Session:
             pump.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
         fatal = self._fatal
-        slow = fatal is not None and fatal.code == "slow_consumer"
-        with contextlib.suppress(asyncio.QueueFull):
-            if fatal is not None and not slow:  # queued messages go out first, then why it closes
-                self._outbox.put_nowait(p.Error(code=fatal.code, message=fatal.message, fatal=True))
-            self._outbox.put_nowait(None)
-        if not slow:
+        if fatal is not None and fatal.code == "slow_consumer":
+            # The client stopped reading: what is queued for it would reach it too late to play. Drop
+            # it and say why at once. A send cancelled while it waits for the socket has written
+            # nothing, and UNPACED is written without waiting (server.wire.WireProtocol).
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+            while not self._outbox.empty():
+                self._outbox.get_nowait()
+            self._queued_audio_s = 0.0
+            encoded = self.codec.encode(p.Error(code=fatal.code, message=fatal.message, fatal=True))
+            key = "bytes" if isinstance(encoded, bytes) else "text"
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    self.websocket.send({"type": "websocket.send", key: encoded, UNPACED: True}), timeout=1
+                )
+        else:
+            with contextlib.suppress(asyncio.QueueFull):
+                if fatal is not None:  # queued messages go out first, then why it closes
+                    self._outbox.put_nowait(p.Error(code=fatal.code, message=fatal.message, fatal=True))
+                self._outbox.put_nowait(None)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(sender, timeout=5)
-        sender.cancel()
-        # A client that does not read cannot take a close frame either: do not wait on it.
+            sender.cancel()
+        # The close frame does not wait for the client to read either; a client that never answers
+        # it is cut off after the WebSocket layer's close timeout.
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.websocket.close(code=fatal.close_code if fatal else 1000), timeout=1)

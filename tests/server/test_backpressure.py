@@ -1,4 +1,5 @@
-"""A client that stops reading is cut off; a normal session beside it is not slowed or hurt."""
+"""A client that stops reading is cut off, and told so; a normal session beside it is not slowed or
+hurt."""
 
 import asyncio
 import socket
@@ -7,7 +8,9 @@ from urllib.parse import urlparse
 
 import httpx
 import msgpack
+import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from tests.server.conftest import running_server
 from tests.server.wsclient import WireClient
@@ -51,13 +54,22 @@ def test_a_slow_reader_is_cut_off_and_a_normal_session_goes_on(tiny_models) -> N
         while live_streams() or "slow_consumer" not in metrics():
             assert time.monotonic() < deadline, "the slow reader was never cut off"
             await asyncio.sleep(0.1)
-        slow.transport.abort()
+        # When it reads again, it gets what was already on its way, then why it was cut off, then
+        # the close frame.
+        after = []
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                after.append(msgpack.unpackb(await asyncio.wait_for(slow.recv(), 30)))
         raw.close()
-        return done, before
+        return done, before, after, closed.value
 
     with running_server(tiny_models["custom_voice"], config) as server:
         live_streams = lambda: server.engine.live_streams  # noqa: E731
         metrics = lambda: httpx.get(f"{server.http}/metrics").text  # noqa: E731
-        done, before = asyncio.run(run(server.url))
+        done, before, after, closed = asyncio.run(run(server.url))
         assert done["samples"] == sum(m["samples"] for m in before if m["type"] == "audio") == 40 * 1920 * 2
         assert 'voicewire_errors_total{code="slow_consumer"} 1.0' in metrics()
+        error = after[-1]
+        assert (error["type"], error["code"], error["fatal"]) == ("error", "slow_consumer", True)
+        assert {m["type"] for m in after[:-1]} <= {"ready", "audio", "progress"}
+        assert closed.rcvd is not None and closed.rcvd.code == 1008

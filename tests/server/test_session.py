@@ -1,9 +1,10 @@
 """Session logic that a socket cannot time: a context the engine finished before its `done` is out,
-and the listener's clock at the socket."""
+the listener's clock at the socket, and what a client that stopped reading gets."""
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
+import msgpack
 import pytest
 
 from voicewire.engine import Engine, EngineConfig
@@ -12,8 +13,8 @@ from voicewire.server.config import ServerConfig
 from voicewire.server.encoder import AudioEncoder
 from voicewire.server.errors import ProtocolError
 from voicewire.server.metrics import Metrics
-from voicewire.server.session import Context, Session
-from voicewire.server.wire import MSGPACK, Codec
+from voicewire.server.session import Context, Session, _SlowConsumer
+from voicewire.server.wire import MSGPACK, UNPACED, Codec
 
 
 @pytest.mark.parametrize("verb", ["text", "flush", "end"])
@@ -99,3 +100,52 @@ def test_the_listener_at_the_socket_hears_the_gap_the_send_loop_made(tiny_models
     assert len(socket.sent) == 1 + 14  # ready, then every audio message
     count, total = _histogram(metrics, "voicewire_socket_player_gap_seconds")
     assert count == 1 and 0.3 < total < 1.5
+
+
+class _StuckSocket:
+    """A socket whose client stopped reading: ordinary sends wait forever; an UNPACED send and the
+    close are written at once (as server.wire.WireProtocol writes them)."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[str, object]] = []
+
+    async def send_bytes(self, data: bytes) -> None:
+        await asyncio.Event().wait()
+
+    async def send(self, message: dict) -> None:
+        if not message.get(UNPACED):
+            await asyncio.Event().wait()
+        self.written.append(("send", message["bytes"]))
+
+    async def close(self, code: int) -> None:
+        self.written.append(("close", code))
+
+
+def test_a_slow_consumer_is_told_first_and_closed(tiny_models) -> None:
+    """Cut off with audio still queued: the queue is dropped, the fatal error is written at once
+    (not behind the audio the client is not reading), then the close with 1008."""
+
+    async def run() -> tuple[_StuckSocket, Metrics]:
+        with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
+            socket, metrics = _StuckSocket(), Metrics()
+            config = ServerConfig(send_queue=8)
+            session = Session(socket, engine, Codec(MSGPACK), config, ThreadPoolExecutor(1), metrics)  # type: ignore[arg-type]
+            await session._handle(p.Start(type="start", voice={"speaker": "vivian"}))
+            sender = asyncio.create_task(session._send_loop())
+            with pytest.raises(_SlowConsumer):
+                for seq in range(config.send_queue + 2):  # the first is taken by the stuck sender
+                    session._emit(p.Pong(id=str(seq)))
+            assert session._outbox.full()
+            await session._shutdown(sender)
+            assert session._outbox.empty() and sender.cancelled()
+            return socket, metrics
+
+    socket, metrics = asyncio.run(run())
+    assert [kind for kind, _ in socket.written] == ["send", "close"]
+    error = msgpack.unpackb(socket.written[0][1])
+    assert (error["type"], error["code"], error["fatal"]) == ("error", "slow_consumer", True)
+    assert socket.written[1] == ("close", 1008)
+    values = {
+        s.name + str(s.labels): s.value for family in metrics.registry.collect() for s in family.samples
+    }
+    assert values["voicewire_errors_total{'code': 'slow_consumer'}"] == 1
