@@ -12,6 +12,7 @@ session limits. Every refusal happens before any engine work is allocated.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import secrets
@@ -63,7 +64,8 @@ class Auth:
 
     def _check_token(self, token: str) -> str:
         try:
-            payload = self._tokens.loads(token, max_age=round(self.config.token_ttl_s))
+            # Ages are whole seconds, so `age > floor(ttl)` is `age > ttl`: the same limit, as an int.
+            payload = self._tokens.loads(token, max_age=math.floor(self.config.token_ttl_s))
         except SignatureExpired:
             raise ProtocolError(
                 "unauthorized", "the token has expired; mint a new one with POST /v1/tokens"
