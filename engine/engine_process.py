@@ -176,6 +176,14 @@ class _Forward:
         self._post(_Finished(self.stream_id, result))
 
 
+@dataclass
+class _Roster:
+    """The connected servers, and whether they were last told the engine is full."""
+
+    clients: list[_Client] = dataclasses.field(default_factory=list)
+    full: bool = False
+
+
 class _Client:
     """One connected server process, in the child: its requests drive the engine; its streams'
     events go back to it in batches. When it disconnects, its streams are cancelled."""
@@ -186,20 +194,20 @@ class _Client:
         conn: Connection,
         name: str,
         voices: concurrent.futures.Executor,
-        everyone: list[_Client],
+        roster: _Roster,
     ) -> None:
         self.engine = engine
         self.conn = conn
         self.name = name
         self.streams: dict[int, Stream] = {}
         self._voices = voices
-        self._everyone = everyone  # every connected server, this one included
+        self._roster = roster
         self._sent_live = -1  # the live-stream count this server was last told
         self._outbox: list[object] = []
         self._lock = threading.Lock()
         self._pending = threading.Event()
         self._gone = False
-        everyone.append(self)
+        roster.clients.append(self)
         threading.Thread(target=self._send_loop, name=f"voicewire-send-{name}", daemon=True).start()
         threading.Thread(target=self._read_loop, name=f"voicewire-read-{name}", daemon=True).start()
 
@@ -209,10 +217,15 @@ class _Client:
         self._pending.set()
 
     def _recount(self) -> None:
-        """A stream opened or finished: every server hears the engine's new count of live streams
-        (with its next batch, or alone), so each can refuse a stream the engine has no slot for."""
-        for client in list(self._everyone):
-            client._pending.set()
+        """A stream opened or finished. Each server hears the engine's count of live streams with
+        every batch of its own; when the engine becomes full, or is full no more, every server
+        hears it at once, so that each refuses what the engine has no slot for (and only that).
+        Telling every server of every open would wake each one's sender as a stream starts."""
+        full = self.engine.live_streams >= self.engine.config.max_streams
+        if full != self._roster.full:
+            self._roster.full = full
+            for client in list(self._roster.clients):
+                client._pending.set()
 
     def _send_loop(self) -> None:
         while not self._gone:
@@ -244,7 +257,7 @@ class _Client:
                 log.exception("engine process: request %s from %s failed", type(request).__name__, self.name)
         self._gone = True
         self._pending.set()
-        self._everyone.remove(self)
+        self._roster.clients.remove(self)
         for stream in list(self.streams.values()):
             stream.cancel()
         if self.streams:
@@ -317,7 +330,7 @@ class _Client:
 
 def _accept_loop(listener: Listener, engine: Engine, config: EngineConfig) -> None:
     voices = concurrent.futures.ThreadPoolExecutor(VOICE_THREADS, thread_name_prefix="voicewire-voice")
-    everyone: list[_Client] = []
+    roster = _Roster()
     for number in itertools.count(1):
         try:
             conn = listener.accept()
@@ -330,7 +343,7 @@ def _accept_loop(listener: Listener, engine: Engine, config: EngineConfig) -> No
             _write(conn, _Ready(engine.info, config, engine.live_streams))
         except (OSError, EOFError):
             continue
-        _Client(engine, conn, f"server-{number}", voices, everyone)
+        _Client(engine, conn, f"server-{number}", voices, roster)
 
 
 def _child_main(
