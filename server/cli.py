@@ -1,5 +1,5 @@
-"""The `voicewire` command: serve, say (the client), synth (offline), bench, bench-engine, bench-parts,
-make-checkpoint."""
+"""The `voicewire` command: serve, say (the client), voices (the voice library), synth (offline),
+bench, bench-engine, bench-parts, make-checkpoint."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from voicewire.server import voices_cli
 from voicewire.server.config import LOG_FORMAT
 from voicewire.server.metrics_dir import multiprocess_dir
 
@@ -87,6 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
     from voicewire.engine import EngineConfig
     from voicewire.engine.engine_process import EngineProcess
     from voicewire.server.config import ServerConfig, uvicorn_options
+    from voicewire.server.voice_store import DATA_DIR_ENV
     from voicewire.server.worker import (
         WORKER_APP,
         can_balance_connections,
@@ -104,6 +106,8 @@ def _serve(args: argparse.Namespace) -> int:
             {k: v for k, v in overrides.items() if v is not None} | {"model": args.model or DEFAULT_MODEL}
         )
     server_config = ServerConfig.from_yaml(args.config, host=args.host, port=args.port, workers=args.workers)
+    if args.data_dir is not None:  # the voice library's folder, for this process and its workers
+        os.environ[DATA_DIR_ENV] = str(args.data_dir)
     if not (server_config.api_keys or os.environ.get("VOICEWIRE_API_KEYS")) and not _is_loopback(
         server_config.host
     ):
@@ -181,7 +185,9 @@ def _say(args: argparse.Namespace) -> int:
 
     if not args.out and not args.play:
         raise ValueError("say needs --out FILE.wav or --play")
-    voice = {"speaker": args.speaker, "language": args.language}
+    if args.voice and (args.speaker or args.instruct):
+        raise ValueError("--voice names a whole voice: give it without --speaker or --instruct")
+    voice = {"speaker": args.speaker, "language": args.language, "id": args.voice}
     if args.instruct:
         voice["instruct"] = args.instruct
 
@@ -455,6 +461,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["torch", "vllm"],
         help="who runs the talker: torch (in process, default) or vllm",
     )
+    serve.add_argument(
+        "--data-dir",
+        type=Path,
+        help="the voice library's folder (default $VOICEWIRE_DATA_DIR, else ~/.local/share/voicewire)",
+    )
     serve.set_defaults(func=_serve)
 
     say = sub.add_parser("say", help="speak text through a running server (the Python client)")
@@ -464,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--speaker", help="named speaker (CustomVoice)")
     say.add_argument("--language", default="auto")
     say.add_argument("--instruct", help="voice description (VoiceDesign)")
+    say.add_argument("--voice", help="a stored voice's id (voicewire voices add; Base checkpoints)")
     say.add_argument(
         "--stream-text", action="store_true", help="send the text a word at a time, as an LLM would"
     )
@@ -601,6 +613,8 @@ def build_parser() -> argparse.ArgumentParser:
     parts.add_argument("--whole-kv", action="store_true", help="attend to the whole KV (spans off)")
     parts.add_argument("--profile", action="store_true", help="add the largest kernels (torch.profiler)")
     parts.set_defaults(func=_bench_parts)
+
+    voices_cli.add_parser(sub)
 
     make = sub.add_parser("make-checkpoint", help="write a random checkpoint in the published layout")
     make.add_argument("dir", type=Path)

@@ -75,6 +75,11 @@ class Reference:
     samples: np.ndarray  # [n] float32, mono, 24 kHz
     duration: float  # seconds, as uploaded
 
+    def content_hash(self, ref_text: str | None) -> str:
+        digest = hashlib.sha256(self.samples.tobytes())
+        digest.update((ref_text or "").encode())
+        return digest.hexdigest()
+
 
 def decode_reference(data: bytes, config: VoiceLibraryConfig) -> Reference:
     """An uploaded file -> mono 24 kHz float32, checked; raises HttpError. Blocks: run in a thread."""
@@ -245,8 +250,6 @@ class VoiceLibrary:
         reference = await asyncio.to_thread(decode_reference, data, self.config)
         voice = await self.clone(reference, ref_text, fields.language)
         assert voice.xvector is not None
-        digest = hashlib.sha256(reference.samples.tobytes())
-        digest.update((ref_text or "").encode())
         stored = StoredVoice(
             id=new_voice_id(),
             owner=owner,
@@ -261,7 +264,7 @@ class VoiceLibrary:
             ref_text=voice.ref_text,
             language=fields.language,
             duration=reference.duration,
-            content_hash=digest.hexdigest(),
+            content_hash=reference.content_hash(ref_text),
         )
         try:
             await asyncio.to_thread(self.store.add, stored, limit, self.shared)
@@ -290,12 +293,7 @@ class VoiceLibrary:
                 415, "unsupported_media_type", f"content type {kind!r}: send JSON or an audio file"
             )
         raw = await read_body(request, (config.max_upload_bytes + 2) // 3 * 4 + JSON_OVERHEAD)
-        try:
-            payload = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise HttpError(400, "invalid_request", "the body is not JSON") from None
-        upload = _fields(JsonUpload, payload)
-        return upload, decode_base64_audio(upload.audio, config)
+        return await asyncio.to_thread(_json_upload, raw, config)  # megabytes: off the event loop
 
     async def _multipart(self, request: Request) -> tuple[UploadFields, bytes]:
         declared = request.headers.get("content-length", "")
@@ -336,6 +334,15 @@ class VoiceLibrary:
             return _not_found(voice_id).response()
         self.metrics.voices_stored.set(await asyncio.to_thread(self.store.count))
         return JSONResponse({"id": voice_id, "deleted": True})
+
+
+def _json_upload(raw: bytes, config: VoiceLibraryConfig) -> tuple[UploadFields, bytes]:
+    try:
+        payload = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise HttpError(400, "invalid_request", "the body is not JSON") from None
+    upload = _fields(JsonUpload, payload)
+    return upload, decode_base64_audio(upload.audio, config)
 
 
 def _fields(model: type[UploadFields], payload: Any) -> Any:

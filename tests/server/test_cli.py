@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from voicewire.server.cli import main
+from voicewire.server.cli import build_parser, main
 
 
 def test_synth_writes_wav_of_frames_times_1920(tiny_checkpoints: dict[str, Path], tmp_path: Path) -> None:
@@ -145,3 +146,34 @@ def test_serve_refuses_a_public_address_without_keys(caplog: pytest.LogCaptureFi
     monkeypatch.delenv("VOICEWIRE_API_KEYS", raising=False)
     assert main(["serve", "--model", "tiny", "--host", "0.0.0.0", "--port", "1"]) == 2
     assert "refusing to serve on 0.0.0.0 without API keys" in caplog.text
+
+
+def test_voices_add_list_rm_and_say_with_the_voice(
+    tiny_models, tmp_path: Path, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.server.test_voices_api import REFERENCE, library_server
+    from voicewire.engine import Engine, EngineConfig
+    from voicewire.server.config import ServerConfig
+
+    reference = tmp_path / "me.wav"
+    reference.write_bytes(REFERENCE)
+    with (
+        Engine(tiny_models["base"], EngineConfig(max_streams=2, kv_length=96)) as engine,
+        library_server(engine, tmp_path / "data", ServerConfig(api_keys=("k-1",))) as server,
+    ):
+        url = ["--url", server.url, "--api-key", "k-1"]  # ws:// is taken for http:// too
+        assert main(["voices", *url, "add", str(reference), "--ref-text", "Hello there."]) == 0
+        made = json.loads(capsys.readouterr().out)
+        assert made["name"] == "me" and made["in_context"] and made["duration"] == 1.5
+        assert main(["voices", *url, "list"]) == 0
+        assert capsys.readouterr().out.split("\t")[:2] == [made["id"], "me"]
+        out = tmp_path / "said.wav"
+        assert main(["say", "Hi there.", "--voice", made["id"], *url, "--out", str(out)]) == 0
+        assert sf.info(out).frames > 0
+        assert main(["voices", *url, "rm", made["id"]]) == 0
+        assert main(["voices", *url, "rm", made["id"]]) == 2
+        assert "voice_not_found" in caplog.text
+        assert main(["voices", "--url", server.http, "list"]) == 2  # no key
+        assert "unauthorized" in caplog.text
+    args = build_parser().parse_args(["serve", "--data-dir", str(tmp_path / "lib")])
+    assert args.data_dir == tmp_path / "lib"
