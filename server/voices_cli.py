@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ def _call(args: argparse.Namespace, method: str, path: str, content_type: str = 
 
 
 def voices(args: argparse.Namespace) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     if args.action == "add":
         path = Path(args.file)
         fields = {"name": args.name or path.stem, "language": args.language, "description": args.description}
