@@ -409,3 +409,34 @@ def test_the_event_loop_answers_pings_while_a_voice_is_cloned(open_server) -> No
     response, waits = asyncio.run(run())
     assert response.status_code == 201, response.text
     assert len(waits) >= 5 and max(waits) < 0.05, (len(waits), max(waits))
+
+
+@pytest.mark.parametrize("ref_text", [None, REF_TEXT], ids=["xvector", "in_context"])
+def test_a_stored_voice_speaks_the_codes_of_voicewire_synth(
+    open_server, base_engine, tiny_checkpoints, tmp_path: Path, ref_text
+) -> None:
+    """`voicewire synth --ref-audio REF.wav [--ref-text TEXT] --greedy` and the stored voice, spoken
+    by the server's engine, give the same codes."""
+    from voicewire.server.cli import main
+
+    reference = tmp_path / "ref.wav"
+    reference.write_bytes(REFERENCE)
+    fields = {} if ref_text is None else {"ref_text": ref_text}
+    made = _upload(open_server, **fields).json()
+    argv = ["synth", "--model", str(tiny_checkpoints["base"]), "--text", TEXT, "--ref-audio", str(reference)]
+    argv += ["--ref-text", ref_text] if ref_text else []
+    codes_out = tmp_path / "codes.npy"
+    argv += [
+        "--greedy",
+        "--max-frames",
+        str(FRAMES),
+        "--out",
+        str(tmp_path / "o.wav"),
+        "--codes-out",
+        str(codes_out),
+    ]
+    assert main(argv) == 0
+    stored = asyncio.run(open_server.library.resolve(made["id"], "anonymous"))
+    codes, _ = _direct(base_engine, voice=stored)
+    synth = np.load(codes_out)
+    assert synth.shape == codes.shape and np.array_equal(synth, codes)
