@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,9 @@ import yaml
 from voicewire.engine.errors import InvalidOptions
 from voicewire.engine.prompt import LAYOUTS
 from voicewire.engine.sampling import SamplingParams
-from voicewire.engine.segments import SegmentPolicy
+from voicewire.engine.segments import Segment, SegmentPolicy
+
+FRAME_RATE = 12.5  # codec frames a second: 1920 samples at 24 kHz
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,30 @@ class PrefillWait:
     def __post_init__(self) -> None:
         if self.max_s < 0 or self.prompts < 1:
             raise InvalidOptions(f"prefill_wait needs max_s >= 0 and prompts >= 1, got {self}")
+
+
+@dataclass(frozen=True)
+class SpeechGuard:
+    """How long a talker sequence may go on once all its text is in: the frames that feed the text,
+    then `after_text_s` plus `per_token_s` for each of its text tokens. A model that never says
+    end-of-speech (a random checkpoint; a real one, now and then) would otherwise speak until the
+    KV bound, over a minute of noise. Real speech takes about 0.2-0.4 s a token (English words are
+    1-2 tokens, Chinese characters about one), so the defaults cut only what is not speech. A
+    stream with `max_frames` or `suppress_eos` (benchmarks) is not guarded."""
+
+    after_text_s: float = 3.0
+    per_token_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.after_text_s <= 0 or self.per_token_s < 0:
+            raise InvalidOptions(f"speech_guard needs after_text_s > 0 and per_token_s >= 0, got {self}")
+
+    def frames(self, segment: Segment) -> int | None:
+        """The frames a started segment may reach, once its text is complete (None before)."""
+        if not segment.complete or segment.start < 0:
+            return None
+        text_frames = max(0, len(segment.seq) - segment.start)  # frames that still feed it text
+        return text_frames + math.ceil((self.after_text_s + self.per_token_s * segment.body) * FRAME_RATE)
 
 
 @dataclass(frozen=True)
@@ -136,6 +163,7 @@ class EngineConfig:
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
     urgent_chunks: UrgentChunks = field(default_factory=UrgentChunks)
     prefill_wait: PrefillWait = field(default_factory=PrefillWait)
+    speech_guard: SpeechGuard = field(default_factory=SpeechGuard)
     vllm: VllmSettings = field(default_factory=VllmSettings)
 
     def __post_init__(self) -> None:
@@ -169,6 +197,8 @@ class EngineConfig:
             values["urgent_chunks"] = _section(UrgentChunks, "urgent_chunks", values["urgent_chunks"])
         if "prefill_wait" in values:
             values["prefill_wait"] = _section(PrefillWait, "prefill_wait", values["prefill_wait"])
+        if "speech_guard" in values:
+            values["speech_guard"] = _section(SpeechGuard, "speech_guard", values["speech_guard"])
         if "chunks" in values:
             chunks = dict(values["chunks"])
             if "frames" in chunks:

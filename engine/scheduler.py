@@ -48,6 +48,9 @@ from voicewire.engine.text_tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
 
+# How a stream that was not cancelled and did not fail can end: its text spoken, its frame cap,
+# or its last sequence ended by the speech guard (config.SpeechGuard).
+CLOSED = ("end", "max_frames", "length")
 IDLE_WAIT_S = 0.05  # the loop sleeps this long at most when no stream can step
 
 
@@ -89,6 +92,7 @@ class _Live:
     starved: bool = False  # waiting for text, and the decoder was told to send what it holds
     in_flight: int = 0  # frames of this stream in launched steps not read yet
     ready_since: float | None = None  # when its next sequence was first ready to start (prefill_wait)
+    cut: bool = False  # the speech guard ended its last talker sequence
 
 
 @dataclass(eq=False)
@@ -309,7 +313,7 @@ class Scheduler:
             segment = live.segments.head
             if segment is None:
                 if live.ended:
-                    self._release(live, "end")
+                    self._release(live, "length" if live.cut else "end")
                 return None
             if segment.start >= 0:
                 return None
@@ -412,6 +416,9 @@ class Scheduler:
             return False
         if segment.frames >= live.frame_cap:
             return False  # its last frame is in flight: the sequence ends there
+        guard = self._guard_frames(live, segment)
+        if guard is not None and segment.frames >= guard:
+            return False  # likewise, at the speech guard's bound
         if live.max_frames is not None and live.frames + live.in_flight >= live.max_frames:
             return False
         if self._waiting_for_text(live):
@@ -527,15 +534,27 @@ class Scheduler:
             segment = head
             live.frames += 1
             read = segment.frames - live.in_flight  # the segment's frames read so far
+            guard = self._guard_frames(live, segment)
             if live.max_frames is not None and live.frames >= live.max_frames:
                 self._release(live, "max_frames")
-            elif code0[live.slot] == eos or read >= live.frame_cap:
-                if code0[live.slot] != eos and not live.options.suppress_eos:
+            elif code0[live.slot] == eos or read >= live.frame_cap or (guard is not None and read >= guard):
+                live.cut = code0[live.slot] != eos and guard is not None and read >= guard
+                if live.cut:
+                    log.info(
+                        "stream %d: no end of speech %d frames into a sequence; ended", live.stream.id, read
+                    )
+                elif code0[live.slot] != eos and not live.options.suppress_eos:
                     log.warning("stream %d: a segment reached the KV bound (%d frames)", live.stream.id, read)
                 if live.in_flight:  # the next step fed it once more: take that frame back
                     segment.frames -= 1
                     self.stepper.take_back(live.slot)
                 self._end_segment(live)
+
+    def _guard_frames(self, live: _Live, segment: Segment) -> int | None:
+        """The speech guard's bound on this sequence (None: not guarded, or text still coming)."""
+        if live.max_frames is not None or live.options.suppress_eos:
+            return None
+        return self.config.speech_guard.frames(segment)
 
     def _end_segment(self, live: _Live) -> None:
         """The running talker sequence is over; text it did not reach moves to a new segment."""
@@ -552,7 +571,7 @@ class Scheduler:
         live.released = True
         self._progress = True
         self._live.remove(live)
-        if reason in ("end", "max_frames"):
+        if reason in CLOSED:
             self.sink.close(live.stream, reason, live.frames, self.steps)
         else:
             self.sink.drop(live.stream, reason, live.frames, self.steps, error)

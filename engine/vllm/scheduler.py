@@ -44,7 +44,7 @@ from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
 from voicewire.engine.frame_step import MIN_FRAMES, GenerationOptions
 from voicewire.engine.prompt import VoicePrompt, build_voice_prompt, segment_can_start, segment_rows
 from voicewire.engine.sampling import resolve_seed
-from voicewire.engine.scheduler import FrameSink, ModelParts
+from voicewire.engine.scheduler import CLOSED, FrameSink, ModelParts
 from voicewire.engine.segments import Segment, SegmentQueue, TrackEntry
 from voicewire.engine.stream import Mark, Stream
 from voicewire.engine.text_stream import TextToken
@@ -114,6 +114,7 @@ class _Live:
     released: bool = False
     starved: bool = False
     last_text: float = field(default_factory=time.monotonic)
+    cut: bool = False  # the speech guard ended its last talker sequence
 
 
 class VllmScheduler:
@@ -323,7 +324,19 @@ class VllmScheduler:
             if max_frames is not None and live.frames >= max_frames:
                 await self._release(live, "max_frames")
                 return
+            guarded = max_frames is None and not live.options.suppress_eos
+            guard = self.config.speech_guard.frames(segment) if guarded else None
+            if guard is not None and segment.frames >= guard:
+                log.info(
+                    "stream %d: no end of speech %d frames into a sequence; ended",
+                    live.stream.id,
+                    segment.frames,
+                )
+                live.cut = True
+                await self._end_sequence(live)
+                return
             if segment.frames >= request.frame_cap:
+                live.cut = False
                 if not live.options.suppress_eos:
                     log.warning(
                         "stream %d: a segment reached the KV bound (%d frames)",
@@ -333,6 +346,7 @@ class VllmScheduler:
                 await self._end_sequence(live)
                 return
         if request.eos:
+            live.cut = False
             await self._end_sequence(live)
 
     async def _end_sequence(self, live: _Live) -> None:
@@ -350,7 +364,7 @@ class VllmScheduler:
         segment = live.segments.head
         if segment is None:
             if live.ended:
-                await self._release(live, "end")
+                await self._release(live, "length" if live.cut else "end")
             return False
         if segment.complete and segment.body == 0:  # a flush with nothing new to say
             live.segments.segments.popleft()
@@ -457,7 +471,7 @@ class VllmScheduler:
             request, live.request = live.request, None
             await self._stop(request)
         self._live.remove(live)
-        if reason in ("end", "max_frames"):
+        if reason in CLOSED:
             self.sink.close(live.stream, reason, live.frames, 0)
         else:
             self.sink.drop(live.stream, reason, live.frames, 0, error)

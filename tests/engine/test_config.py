@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from voicewire.engine.config import ChunkSchedule, EngineConfig, PrefillWait, UrgentChunks
+from voicewire.engine.config import ChunkSchedule, EngineConfig, PrefillWait, SpeechGuard, UrgentChunks
 from voicewire.engine.errors import InvalidOptions
-from voicewire.engine.segments import SegmentPolicy
+from voicewire.engine.segments import Segment, SegmentPolicy
 
 CONFIGS = Path(__file__).parents[2] / "configs"
 
@@ -95,3 +95,18 @@ def test_prefill_wait_is_off_unless_set_and_the_torch_schedulers_alone() -> None
         EngineConfig.from_dict({"prefill_wait": {"prompts": 0}})
     with pytest.raises(InvalidOptions, match="vLLM schedules its own prefills"):
         EngineConfig(backend="vllm", prefill_wait=PrefillWait(max_s=0.01))
+
+
+def test_the_speech_guard_section_and_its_bound() -> None:
+    assert EngineConfig().speech_guard == SpeechGuard(after_text_s=3.0, per_token_s=0.5)
+    guard = EngineConfig.from_dict({"speech_guard": {"after_text_s": 2.0}}).speech_guard
+    assert guard == SpeechGuard(2.0, 0.5)
+    with pytest.raises(InvalidOptions, match="unknown speech_guard settings: seconds"):
+        EngineConfig.from_dict({"speech_guard": {"seconds": 2}})
+    with pytest.raises(InvalidOptions, match="speech_guard needs after_text_s > 0"):
+        SpeechGuard(after_text_s=0)
+    # 4 text ids and tts_eos, 2 of them in the prompt: 3 frames still feed text, then 2 + 0.5 x 4 s.
+    segment = Segment(seq=[11, 12, 13, 14, 2], tokens=[None] * 5, complete=True, body=4, start=2)
+    assert guard.frames(segment) == 3 + 50
+    assert guard.frames(Segment(seq=[11], tokens=[None], body=1, start=0)) is None  # text still coming
+    assert guard.frames(Segment(seq=[11, 2], tokens=[None] * 2, complete=True, body=1)) is None  # not started

@@ -3,6 +3,7 @@
 import asyncio
 import json
 import logging
+import math
 import random
 import time
 
@@ -15,6 +16,7 @@ from voicewire.engine.config import (
     ChunkSchedule,
     EngineConfig,
     PrefillWait,
+    SpeechGuard,
     StreamOptions,
     UrgentChunks,
 )
@@ -393,3 +395,31 @@ def test_tune_changes_only_the_live_settings(tiny_models) -> None:
         with pytest.raises(InvalidOptions, match="kv_length cannot change on a running engine"):
             engine.tune(kv_length=256)
         assert engine.config.kv_length == 128
+
+
+def test_the_speech_guard_ends_a_sequence_that_never_says_end_of_speech(model: Qwen3TTS) -> None:
+    """The random checkpoint never says EOS: without the guard "Hello there." would run to the KV
+    bound. Once its text is in, a sequence gets after_text_s plus per_token_s a token; the stream
+    ends with reason "length". With the whole text in the prompt (non_streaming), that is all."""
+    text = "Hello there."
+    tokens = len(model.tokenizer.encode(text))
+    config = EngineConfig(
+        max_streams=2, kv_length=512, speech_guard=SpeechGuard(after_text_s=1.0, per_token_s=0.25)
+    )
+
+    async def run(options: StreamOptions):
+        with Engine(model, config) as engine:
+            stream = engine.open_stream(await engine.voice(speaker="ryan"), options)
+            heard = await speak(stream, [text])
+            return heard, await stream.wait()
+
+    heard, result = asyncio.run(run(StreamOptions(seed=3, layout="non_streaming")))
+    expected = math.ceil((1.0 + 0.25 * tokens) * 12.5)
+    assert result.reason == "length" and result.frames == expected == heard.codes.shape[0]
+    assert heard.audio.shape == (expected * 1920,)
+    # Streamed text: the frames that feed the text come first, then the same allowance.
+    heard, result = asyncio.run(run(StreamOptions(seed=3)))
+    assert result.reason == "length" and expected < result.frames <= expected + tokens + 1
+    # A benchmark's forced length is not guarded.
+    heard, result = asyncio.run(run(StreamOptions(seed=3, max_frames=200, suppress_eos=True)))
+    assert result.reason == "max_frames" and result.frames == 200

@@ -1,6 +1,8 @@
 """The vllm backend on vLLM's CPU build (its own virtualenv, tests/vllm_env.py): the same codes as
 the torch backend, through preemption, cancel and waiting streams, and the version check."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -40,6 +42,9 @@ def test_cancel_frees_the_request_and_an_idle_waiting_stream_times_out() -> None
     assert "no text for 1 s" in result["wait_error"] and "free its KV cache" in result["wait_error"]
     assert 1.0 < result["waited_s"] < 10  # from its last text: the 1 s timeout, and not forever
     assert result["requests_in_flight"] == 0 and result["live_streams"] == 0
+    # The speech guard's default: 3 s and 0.5 s a token once the text is in (all of it, here).
+    expected = math.ceil((3.0 + 0.5 * result["guard_tokens"]) * 12.5)
+    assert result["guard_reason"] == "length" and result["guard_frames"] == [expected, expected]
 
 
 def test_a_wrong_vllm_version_is_refused() -> None:

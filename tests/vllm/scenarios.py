@@ -20,6 +20,7 @@ from voicewire.engine import Engine, EngineConfig, EngineError, StreamClosed, St
 from voicewire.engine.tiny import random_checkpoint
 
 TEXT = "Hello there, how are you today? I hope the weather is fine where you are."
+GUARDED = "Hello there."
 PAUSE_S = 0.4  # longer than many frames of the tiny model: the streams really wait
 
 
@@ -147,10 +148,19 @@ def cancel_wait() -> dict:
                 error = str(exc)
             wait_result = await waiting.wait()
             waited = time.monotonic() - t0
+            # The random checkpoint never says EOS: the speech guard ends the sequence.
+            guarded = engine.open_stream(voice, StreamOptions(seed=3, layout="non_streaming"))
+            guarded.push_text(GUARDED)
+            guarded.end()
+            guarded_frames = sum([chunk.frames async for chunk in guarded])
+            guard_result = await guarded.wait()
             deadline = time.monotonic() + 10
             while scheduler.requests_in_flight and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             return {
+                "guard_reason": guard_result.reason,
+                "guard_frames": [guard_result.frames, guarded_frames],
+                "guard_tokens": len(engine.model.tokenizer.encode(GUARDED)),
                 "cancel_reason": cancel_result.reason,
                 "cancel_frames": cancel_result.frames,
                 "wait_reason": wait_result.reason,
