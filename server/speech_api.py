@@ -38,16 +38,23 @@ from voicewire.engine.stream import SAMPLE_RATE
 from voicewire.server.http_errors import HttpError, error_response
 from voicewire.server.metrics import Metrics
 from voicewire.server.tempo import TimeStretch
-from voicewire.server.voices_api import VoiceLibrary, decode_base64_audio, decode_reference
+from voicewire.server.voices_api import (
+    JSON_OVERHEAD,
+    VoiceLibrary,
+    decode_base64_audio,
+    decode_reference,
+    read_body,
+)
 
 UNKNOWN_LENGTH = 0xFFFFFFFF  # a streamed WAV's sizes, which readers take as "to the end"
 MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
+MAX_INPUT_CHARS = 20000
 
 
 class SpeechRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    input: Annotated[StrictStr, Field(min_length=1, max_length=20000)]
+    input: Annotated[StrictStr, Field(min_length=1, max_length=MAX_INPUT_CHARS)]
     model: StrictStr | None = None  # accepted for compatibility; the server has one model
     voice: StrictStr | None = None  # a speaker name (CustomVoice) or a stored voice's id (Base)
     ref_audio: StrictStr | None = None  # Base: base64 reference audio, cloned for this request
@@ -100,9 +107,15 @@ def _at_speed(pcm: np.ndarray, final: bool, tempo: TimeStretch | None) -> np.nda
 
 
 def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibrary):
+    # The largest body: a one-off ref_audio at the upload limit, in base64, and the text.
+    body_limit = (library.config.max_upload_bytes + 2) // 3 * 4 + 4 * MAX_INPUT_CHARS + JSON_OVERHEAD
+
     async def speech(request: Request) -> Response:
         try:
-            body = SpeechRequest.model_validate_json(await request.body())
+            body = SpeechRequest.model_validate_json(await read_body(request, body_limit))
+        except HttpError as error:
+            metrics.http_requests.labels(str(error.status)).inc()
+            return error.response()
         except ValidationError as exc:
             metrics.http_requests.labels("400").inc()
             first = exc.errors()[0]

@@ -255,9 +255,13 @@ class VoiceStore:
                 db.execute("BEGIN IMMEDIATE")
                 return db.execute(query, args).rowcount > 0
 
-    def count(self) -> int:
+    def count(self, owner: str | None = None) -> int:
+        """Voices of `owner` (None: all)."""
         with self._lock:
-            return self._connect().execute("SELECT COUNT(*) FROM voices").fetchone()[0]
+            db = self._connect()
+            if owner is None:
+                return db.execute("SELECT COUNT(*) FROM voices").fetchone()[0]
+            return db.execute("SELECT COUNT(*) FROM voices WHERE owner = ?", (owner,)).fetchone()[0]
 
 
 def _voice(row: tuple) -> StoredVoice:

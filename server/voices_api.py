@@ -245,7 +245,7 @@ class VoiceLibrary:
         ref_text = self.check_ref_text(fields.ref_text)
         owner = owner_hash(request.state.identity)
         limit = self.config.max_voices_per_key
-        if len(await asyncio.to_thread(self.store.list, None if self.shared else owner)) >= limit:
+        if await asyncio.to_thread(self.store.count, None if self.shared else owner) >= limit:
             raise _too_many(limit)  # before the work; the insert checks again
         reference = await asyncio.to_thread(decode_reference, data, self.config)
         voice = await self.clone(reference, ref_text, fields.language)

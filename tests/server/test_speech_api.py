@@ -77,6 +77,7 @@ def test_every_client_mistake_is_a_4xx_with_its_code(server) -> None:
         (_post(server, input=5), 400, "invalid_request"),
         (httpx.post(speech, content=b"\xff\xfe", timeout=10), 400, "invalid_request"),
         (httpx.post(speech, content=b"[" * 100_000, timeout=10), 400, "invalid_request"),
+        (httpx.post(speech, content=b" " * 28_000_000, timeout=30), 413, "upload_too_large"),
         (httpx.post(voices, json={"name": "x", "audio": ""}, timeout=10), 400, "cloning_unsupported"),
         (httpx.get(f"{voices}/voice_0", timeout=10), 404, "voice_not_found"),
         (httpx.delete(f"{voices}/voice_0", timeout=10), 404, "voice_not_found"),

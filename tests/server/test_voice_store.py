@@ -88,7 +88,9 @@ def test_the_limit_per_owner_is_checked_in_the_insert_transaction(tmp_path: Path
     with pytest.raises(TooManyVoices):
         store.add(_voice("a"), max_per_owner=3)
     store.add(_voice("b"), max_per_owner=3)
-    assert store.count() == 4
+    assert store.count() == 4 and store.count(owner_hash("a")) == 3
+    with pytest.raises(TooManyVoices):
+        store.add(_voice("c"), max_per_owner=4, shared=True)  # no keys: the limit is for all
 
 
 def test_concurrent_writers_from_two_stores(tmp_path: Path) -> None:
