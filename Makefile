@@ -8,8 +8,13 @@ TORCH := torch==2.13.0
 
 .PHONY: setup serve demo test lint clean
 
+# The server alone (make serve); the test tools on top of it (make test).
 $(VENV)/.installed: pyproject.toml scripts/setup.sh
-	bash scripts/setup.sh $(PYTHON) $(VENV) $(TORCH)
+	bash scripts/setup.sh $(PYTHON) $(VENV) $(TORCH) runtime
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	bash scripts/setup.sh $(PYTHON) $(VENV) $(TORCH) dev
 	touch $@
 
 setup: $(VENV)/.installed
@@ -26,12 +31,12 @@ demo: setup
 	$(VENV)/bin/voicewire synth --model tiny --speaker vivian --text "Hello from voicewire." --max-frames 60 --out demo.wav
 	@echo "wrote demo.wav (tiny random checkpoint: it exercises the pipeline, it does not speak words)"
 
-lint: setup
+lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	bash scripts/typecheck.sh $(VENV)
 
-test: setup $(TEST_TOOLS) lint
+test: $(VENV)/.installed-dev $(TEST_TOOLS) lint
 	$(PY) -m pytest -q
 
 clean:
