@@ -12,9 +12,9 @@ import asyncio
 from typing import Protocol
 
 from voicewire.engine.config import StreamOptions
-from voicewire.engine.errors import InvalidText, StreamClosed
+from voicewire.engine.errors import InvalidText
 from voicewire.engine.prompt import Voice
-from voicewire.engine.stream import AudioChunk, StreamResult
+from voicewire.engine.stream import AudioChunk, StreamResult, check_open
 
 
 class StreamControl(Protocol):
@@ -103,12 +103,7 @@ class StreamHandle:
             self._control.cancel()
 
     def _check_open(self) -> None:
-        if self._cancelled:
-            raise StreamClosed(f"stream {self.id} was cancelled")
-        if self._ended:
-            raise StreamClosed(f"stream {self.id} has ended; open a new stream for more text")
-        if self._result is not None:
-            raise StreamClosed(f"stream {self.id} is finished ({self._result.reason})")
+        check_open(self.id, self._cancelled, self._ended, self._result)
 
     # --- audio out -----------------------------------------------------------------------------
 

@@ -61,6 +61,17 @@ class Mark(enum.Enum):
     END = "end"
 
 
+def check_open(stream_id: int, cancelled: bool, ended: bool, result: StreamResult | None) -> None:
+    """Raise StreamClosed, saying why, unless a stream still takes text (the engine's stream and
+    its caller's handle each keep these three facts as they learn them)."""
+    if cancelled:
+        raise StreamClosed(f"stream {stream_id} was cancelled")
+    if ended:
+        raise StreamClosed(f"stream {stream_id} has ended; open a new stream for more text")
+    if result is not None:
+        raise StreamClosed(f"stream {stream_id} is finished ({result.reason})")
+
+
 class StreamListener(Protocol):
     """Takes a stream's chunks and result in the engine's threads; must not block."""
 
@@ -133,12 +144,7 @@ class Stream:
         self._wake()
 
     def _check_open(self) -> None:
-        if self._cancel_requested:
-            raise StreamClosed(f"stream {self.id} was cancelled")
-        if self._ended:
-            raise StreamClosed(f"stream {self.id} has ended; open a new stream for more text")
-        if self._result is not None:
-            raise StreamClosed(f"stream {self.id} is finished ({self._result.reason})")
+        check_open(self.id, self._cancel_requested, self._ended, self._result)
 
     def acknowledge(self, consumed_samples: int) -> None:
         """The consumer has read this many samples in all (backpressure counts unread ones)."""
