@@ -43,6 +43,11 @@ class EngineClient(Protocol):
         """Streams holding a slot in the whole engine, whoever opened them."""
         ...
 
+    @property
+    def restarts(self) -> int:
+        """Times the engine was started again after it died (a server warms it up again)."""
+        ...
+
     async def voice(self, **fields: Any) -> Voice:
         """A voice that fits the loaded checkpoint, from request fields: `speaker`, `language`,
         `instruct`, `ref_audio` ((samples, rate)), `ref_text`, `speaker_embedding`. Computed voices

@@ -182,6 +182,11 @@ class Engine:
         return self.scheduler.error is None and all(thread.is_alive() for thread in self._threads)
 
     @property
+    def restarts(self) -> int:
+        """Always 0: an engine in this process is not started again."""
+        return 0
+
+    @property
     def live_streams(self) -> int:
         return self.scheduler.live_streams
 

@@ -35,6 +35,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 1800.0  # loading, graph capture and (vllm backend) vLLM's own start
 CALL_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 60.0
+REJOIN_EVERY_S = 0.5  # a worker's tries to join a restarted engine process
 VOICE_THREADS = 2  # voices made at once in the engine process (x-vectors, reference codes)
 # A checkpoint that is not there, a bad setting: raised again in the server, as in one process.
 SETTINGS_ERRORS = (CheckpointError, ValueError, FileNotFoundError)
@@ -419,14 +421,61 @@ def _deliver_all(items: list[tuple[StreamHandle, object]]) -> None:
 class _Owner:
     """What the server that started the engine process holds besides its connection."""
 
+    config: EngineConfig
     process: multiprocessing.process.BaseProcess
     control: Connection  # closing it (or sending _Close) stops the engine process
     folder: str  # holds the socket
+    deaths: list[float] = dataclasses.field(default_factory=list)  # time.monotonic() of each
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """An engine process that dies is started again, unless it died more than `max_deaths` times
+    within `window_s`: then the server gives up (and exits non-zero, for its supervisor)."""
+
+    max_deaths: int = 3
+    window_s: float = 300.0
+
+
+def _spawn(
+    config: EngineConfig, address: str, authkey: bytes, timeout_s: float
+) -> tuple[multiprocessing.process.BaseProcess, Connection]:
+    """Start an engine process listening on `address`; returns once its engine is loaded."""
+    context = multiprocessing.get_context("spawn")
+    control, child_control = context.Pipe()
+    level = logging.getLogger().getEffectiveLevel()
+    process = context.Process(
+        target=_child_main,
+        args=(config, address, authkey, child_control, level),
+        name="voicewire-engine",
+        daemon=False,  # the vllm backend starts processes of its own
+    )
+    process.start()
+    child_control.close()
+    try:
+        if not control.poll(timeout_s):
+            raise RuntimeError(f"the engine process was not ready after {timeout_s:g} s")
+        first = _read(control)
+    except EOFError:
+        process.join(timeout=5)
+        raise RuntimeError(
+            f"the engine process exited (code {process.exitcode}) before it was ready; see its log"
+        ) from None
+    except BaseException:
+        process.kill()
+        raise
+    if isinstance(first, _StartFailed):
+        process.join(timeout=CLOSE_TIMEOUT_S)
+        if first.error is not None:
+            raise first.error
+        raise RuntimeError(f"the engine process failed to start: {first.message}")
+    return process, control
 
 
 class EngineProcess:
     """A connection to an `Engine` running in its own process; see the module's docstring.
-    `start` spawns that process and owns it; `connect` joins one (another server worker)."""
+    `start` spawns that process and owns it, starting it again when it dies (`RestartPolicy`);
+    `connect` joins one (another server worker), and joins it again after such a restart."""
 
     def __init__(
         self,
@@ -435,27 +484,35 @@ class EngineProcess:
         authkey: bytes,
         owner: _Owner | None = None,
         on_lost: Callable[[], None] | None = None,
+        restarts: RestartPolicy | None = None,
     ) -> None:
-        first = _read(conn)
-        assert isinstance(first, _Ready), first
-        self.info = first.info
-        self.config: EngineConfig = first.config
         self.address = address
         self.authkey = authkey
         self._owner = owner
-        self._conn = conn
+        self._restarts = restarts
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._streams: dict[int, StreamHandle] = {}
         self._calls: dict[int, concurrent.futures.Future] = {}
         self.voices = VoiceCache()  # made there, kept here: a kept voice costs no call
+        self._exited = False  # it went away unasked and is not coming back
+        self._on_lost = on_lost
+        self._closing = False
+        self.restarts = 0  # times this connection was made again to a new engine process
+        self._parent = os.getppid()
+        self._attach(conn)
+
+    def _attach(self, conn: Connection) -> None:
+        """Take a fresh connection's greeting and start reading it."""
+        first = _read(conn)
+        assert isinstance(first, _Ready), first
+        self.info = first.info
+        self.config: EngineConfig = first.config
+        self._conn = conn
         # The engine's live streams as of its last message, and the streams opened here since.
         self._engine_live = first.live_streams
         self._opened_since_report = 0
         self._lost: str | None = None  # why the engine is out of reach
-        self._exited = False  # it went away unasked, not by close()
-        self._on_lost = on_lost
-        self._closing = False
         self._reader = threading.Thread(target=self._read_loop, name="voicewire-engine-reader", daemon=True)
         self._reader.start()
 
@@ -465,48 +522,24 @@ class EngineProcess:
         config: EngineConfig,
         timeout_s: float = START_TIMEOUT_S,
         on_lost: Callable[[], None] | None = None,
+        restarts: RestartPolicy | None = RestartPolicy(),
     ) -> EngineProcess:
         """Spawn the engine process and wait until its engine is loaded (or failed to load).
-        `on_lost` is called (in a reader thread) if the engine process goes away unasked."""
+        `on_lost` is called (in a reader thread) once the engine process is gone for good: it went
+        away unasked and `restarts` (None: never) does not start it again."""
         folder = tempfile.mkdtemp(prefix="voicewire-engine-")  # private (0700): it holds the socket
         address, authkey = os.path.join(folder, "engine.sock"), os.urandom(32)
-        context = multiprocessing.get_context("spawn")
-        control, child_control = context.Pipe()
-        level = logging.getLogger().getEffectiveLevel()
-        process = context.Process(
-            target=_child_main,
-            args=(config, address, authkey, child_control, level),
-            name="voicewire-engine",
-            daemon=False,  # the vllm backend starts processes of its own
-        )
-        process.start()
-        child_control.close()
         try:
-            if not control.poll(timeout_s):
-                raise RuntimeError(f"the engine process was not ready after {timeout_s:g} s")
-            first = _read(control)
-            if isinstance(first, _StartFailed):
-                process.join(timeout=CLOSE_TIMEOUT_S)
-                if first.error is not None:
-                    raise first.error
-                raise RuntimeError(f"the engine process failed to start: {first.message}")
-            engine = cls(
-                Client(address, family="AF_UNIX", authkey=authkey),
-                address,
-                authkey,
-                _Owner(process, control, folder),
-                on_lost,
-            )
-        except EOFError:
-            process.join(timeout=5)
-            shutil.rmtree(folder, ignore_errors=True)
-            raise RuntimeError(
-                f"the engine process exited (code {process.exitcode}) before it was ready; see its log"
-            ) from None
+            process, control = _spawn(config, address, authkey, timeout_s)
+            try:
+                conn = Client(address, family="AF_UNIX", authkey=authkey)
+            except BaseException:
+                process.kill()
+                raise
         except BaseException:
-            process.kill()
             shutil.rmtree(folder, ignore_errors=True)
             raise
+        engine = cls(conn, address, authkey, _Owner(config, process, control, folder), on_lost, restarts)
         log.info("engine process %d ready (%s on %s)", process.pid, engine.info.folder, engine.info.device)
         return engine
 
@@ -514,8 +547,10 @@ class EngineProcess:
     def connect(
         cls, address: str, authkey: bytes, on_lost: Callable[[], None] | None = None
     ) -> EngineProcess:
-        """Join a running engine process (a server worker; the process that started it owns it)."""
-        return cls(Client(address, family="AF_UNIX", authkey=authkey), address, authkey, on_lost=on_lost)
+        """Join a running engine process (a server worker; the process that started it owns it).
+        When it goes away, this connection waits for its owner to start another and joins it."""
+        conn = Client(address, family="AF_UNIX", authkey=authkey)
+        return cls(conn, address, authkey, on_lost=on_lost, restarts=RestartPolicy())
 
     @property
     def live_streams(self) -> int:
@@ -534,9 +569,10 @@ class EngineProcess:
 
     @property
     def exited(self) -> bool:
-        """Whether the engine process went away unasked (before any `close`)."""
-        owner_gone = self._owner is not None and not self._closing and not self._owner.process.is_alive()
-        return self._exited or owner_gone
+        """Whether the engine process went away unasked (before any `close`) for good."""
+        if self._restarts is None and self._owner is not None and not self._closing:
+            return self._exited or not self._owner.process.is_alive()
+        return self._exited
 
     @property
     def healthy(self) -> bool:
@@ -557,7 +593,7 @@ class EngineProcess:
         the engine refuses, or a slot taken meanwhile by another server, fails the stream (its
         iteration raises the reason)."""
         if self._lost is not None:
-            raise RuntimeError(f"the engine process is gone: {self._lost}")
+            raise StreamFailed(f"the engine process is gone ({self._lost}); try again shortly")
         loop = caller_loop()
         options = options or StreamOptions()
         generation_options(self.info, options)  # raises InvalidOptions
@@ -574,7 +610,7 @@ class EngineProcess:
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._lost is not None:
-            raise RuntimeError(f"the engine process is gone: {self._lost}")
+            raise StreamFailed(f"the engine process is gone ({self._lost}); try again shortly")
         future: concurrent.futures.Future = concurrent.futures.Future()
         call_id = next(self._ids)
         self._calls[call_id] = future
@@ -612,12 +648,76 @@ class EngineProcess:
                         pass
         except (EOFError, OSError):
             pass
-        if not self._closing:
-            self._exited = True
         self._engine_live = 0
         self._fail_all("the engine was closed" if self._closing else "the engine process exited")
-        if self._exited and self._on_lost is not None:
+        if self._closing:
+            return
+        if self._restarts is None:
+            self._give_up()
+        elif self._owner is not None:
+            threading.Thread(target=self._restart, name="voicewire-engine-restart", daemon=True).start()
+        else:
+            threading.Thread(target=self._rejoin, name="voicewire-engine-rejoin", daemon=True).start()
+
+    def _give_up(self) -> None:
+        self._exited = True
+        if self._on_lost is not None:
             self._on_lost()
+
+    def _restart(self) -> None:
+        """The owner's engine process died: start another on the same socket, unless it died too
+        often lately. Its streams have failed already; new ones wait for `healthy`."""
+        owner, policy = self._owner, self._restarts
+        assert owner is not None and policy is not None
+        owner.process.join(timeout=5)
+        now = time.monotonic()
+        owner.deaths = [t for t in owner.deaths if now - t < policy.window_s] + [now]
+        if len(owner.deaths) > policy.max_deaths:
+            log.error(
+                "the engine process died %d times in %g s (the last with exit code %s): giving up",
+                len(owner.deaths),
+                policy.window_s,
+                owner.process.exitcode,
+            )
+            self._give_up()
+            return
+        log.warning("the engine process exited (code %s): starting another", owner.process.exitcode)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.address)  # the dead one's socket file
+        try:
+            process, control = _spawn(owner.config, self.address, self.authkey, START_TIMEOUT_S)
+            conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
+        except Exception:
+            log.exception("the engine process could not be started again")
+            self._give_up()
+            return
+        owner.control.close()
+        owner.process, owner.control = process, control
+        if self._closing:  # closed meanwhile: close() found the old process; stop this one
+            with contextlib.suppress(OSError):
+                _write(control, _Close())
+            return
+        self._attach(conn)
+        self.restarts += 1
+        log.info("engine process %d ready again", process.pid)
+
+    def _rejoin(self) -> None:
+        """A worker's engine process died: join the one its owner starts next (or give up when
+        none comes within the start timeout)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        # A worker's parent is the server that owns the engine: if it is gone, nobody restarts.
+        while not self._closing and time.monotonic() < deadline and os.getppid() == self._parent:
+            time.sleep(REJOIN_EVERY_S)
+            try:
+                conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
+            except (OSError, EOFError, multiprocessing.AuthenticationError):
+                continue  # not listening yet
+            self._attach(conn)
+            self.restarts += 1
+            log.info("joined the engine process again")
+            return
+        if not self._closing:
+            self._give_up()
 
     def _reply(self, reply: _Reply) -> None:
         future = self._calls.pop(reply.call_id, None)
@@ -635,7 +735,7 @@ class EngineProcess:
         for call_id in list(self._calls):
             future = self._calls.pop(call_id, None)
             if future is not None:
-                future.set_exception(RuntimeError(reason))
+                future.set_exception(StreamFailed(reason))
         for stream_id in list(self._streams):
             stream = self._streams.pop(stream_id, None)
             if stream is None:

@@ -21,7 +21,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
-from voicewire.engine import StreamOptions
+from voicewire.engine import EngineError, StreamOptions
 from voicewire.engine.api import EngineClient
 from voicewire.server import protocol as p
 from voicewire.server.auth import Auth, split_subprotocols
@@ -128,10 +128,14 @@ def create_app(
         return JSONResponse({"status": "ok"})
 
     async def ready(request: Request) -> JSONResponse:
-        if not app.state.warm:
-            return JSONResponse({"status": "warming up"}, status_code=503)
         if not engine.healthy:
-            return JSONResponse({"status": "engine stopped; see the server log"}, status_code=503)
+            return JSONResponse(
+                {"status": "engine stopped or restarting; see the server log"}, status_code=503
+            )
+        if app.state.warmed != engine.restarts:  # not warm (a failed warm-up), or a new engine process
+            if app.state.warming is None or app.state.warming.done():
+                app.state.warming = asyncio.create_task(warm_up())
+            return JSONResponse({"status": "warming up"}, status_code=503)
         return JSONResponse(
             {"status": "ready", "model": engine.info.folder, "live_streams": engine.live_streams},
         )
@@ -139,10 +143,18 @@ def create_app(
     async def metrics_endpoint(request: Request) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    async def warm_up() -> None:
+        restarts = engine.restarts
+        try:
+            await _warm_up(engine)
+        except EngineError as exc:  # the engine went away meanwhile: /ready warms the next one
+            log.warning("the warm-up failed (%s); /ready warms the engine once it is back", exc)
+            return
+        app.state.warmed = restarts  # the engine that was warmed, by its restart count
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await _warm_up(engine)
-        app.state.warm = True
+        await warm_up()
         yield
         executor.shutdown(wait=False, cancel_futures=True)
         library.store.close()
@@ -167,7 +179,8 @@ def create_app(
     )
     app.state.engine = engine
     app.state.config = config
-    app.state.warm = False
+    app.state.warmed = None
+    app.state.warming = None
     app.state.metrics = metrics
     app.state.auth = auth
     app.state.voices = library

@@ -86,7 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from voicewire.engine import EngineConfig
-    from voicewire.engine.engine_process import EngineProcess
+    from voicewire.engine.engine_process import EngineProcess, RestartPolicy
     from voicewire.server.config import ServerConfig, uvicorn_options
     from voicewire.server.voice_store import DATA_DIR_ENV
     from voicewire.server.worker import (
@@ -116,7 +116,8 @@ def _serve(args: argparse.Namespace) -> int:
             "or VOICEWIRE_API_KEYS, or listen on 127.0.0.1"
         )
     # The engine runs in a process of its own, so sockets and Opus never hold its interpreter.
-    engine = EngineProcess.start(engine_config, on_lost=stop_this_process)
+    restarts = RestartPolicy(server_config.engine_restarts, server_config.engine_restart_window_s)
+    engine = EngineProcess.start(engine_config, on_lost=stop_this_process, restarts=restarts)
     try:
         options: dict[str, Any] = {
             "host": server_config.host,

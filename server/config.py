@@ -12,6 +12,9 @@ import yaml
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every server process logs alike
 
 
+ZERO_ALLOWED = {"engine_restarts"}  # 0: a dead engine process stops the server
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"
@@ -35,6 +38,11 @@ class ServerConfig:
     # Threads per worker encoding audio (Opus, resampling) off its event loop. None: the CPUs
     # shared among the workers. More threads than that only fight the event loop for the GIL.
     codec_threads: int | None = None
+    # An engine process that dies is started again (its open contexts get stream_failed and
+    # /ready answers 503 until the new one is warm), unless it died more than this many times
+    # within engine_restart_window_s: then the server exits non-zero, for its supervisor.
+    engine_restarts: int = 3
+    engine_restart_window_s: float = 300.0
 
     @property
     def codec_thread_count(self) -> int:
@@ -43,7 +51,11 @@ class ServerConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                continue
+            if f.name in ZERO_ALLOWED and value < 0:
+                raise ValueError(f"server setting {f.name} must be >= 0, got {value}")
+            if f.name not in ZERO_ALLOWED and value <= 0:
                 raise ValueError(f"server setting {f.name} must be > 0, got {value}")
 
     @classmethod

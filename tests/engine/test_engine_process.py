@@ -15,12 +15,14 @@ from tests.engine.streaming import collect, feed, speak
 from voicewire.engine.checkpoint import CheckpointError
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.engine import Engine
-from voicewire.engine.engine_process import EngineProcess
+from voicewire.engine.engine_process import EngineProcess, RestartPolicy
 from voicewire.engine.errors import (
     EngineError,
     EngineFull,
     StreamFailed,
 )
+from voicewire.engine.prompt import Voice
+from voicewire.engine.stream import StreamResult
 
 TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun."
 GREEDY = StreamOptions(greedy=True, max_frames=30, suppress_eos=True)
@@ -110,23 +112,74 @@ def test_a_wrong_key_is_refused(remote: EngineProcess) -> None:
     assert remote.healthy
 
 
-def test_a_dead_engine_process_fails_its_streams_clearly(config: EngineConfig) -> None:
-    async def run(engine: EngineProcess):
-        stream = engine.open_stream(
-            await engine.voice(speaker="ryan"), StreamOptions(max_frames=10_000, suppress_eos=True)
-        )
-        await feed(stream, [TEXT], end=False)
-        await anext(stream)
-        os.kill(engine.pid, signal.SIGKILL)
-        with pytest.raises(StreamFailed, match="the engine process exited"):
-            await asyncio.wait_for(collect(stream), 30)
-        with pytest.raises(RuntimeError, match="the engine process is gone"):
-            engine.open_stream(stream.voice)
-        return await stream.wait()
+def _until(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
 
-    with EngineProcess.start(config) as engine:
-        result = asyncio.run(run(engine))
-        assert result.reason == "error" and not engine.healthy and engine.live_streams == 0
+
+async def _kill_mid_stream(engine: EngineProcess) -> StreamResult:
+    """Open a stream, kill the engine process once audio flows; the stream fails clearly."""
+    stream = engine.open_stream(
+        await engine.voice(speaker="ryan"), StreamOptions(max_frames=10_000, suppress_eos=True)
+    )
+    await feed(stream, [TEXT], end=False)
+    await anext(stream)
+    assert engine.pid is not None
+    os.kill(engine.pid, signal.SIGKILL)
+    with pytest.raises(StreamFailed, match="the engine process exited"):
+        await asyncio.wait_for(collect(stream), 30)
+    return await stream.wait()
+
+
+def test_a_dead_engine_process_is_started_again_and_its_workers_join_it(config: EngineConfig) -> None:
+    """Its streams fail clearly; `healthy` is false until another engine process is ready on the
+    same socket; then the owner and a worker connected to it both serve new streams."""
+    lost: list[str] = []
+    with EngineProcess.start(config, on_lost=lambda: lost.append("owner")) as engine:
+        worker = EngineProcess.connect(engine.address, engine.authkey, on_lost=lambda: lost.append("worker"))
+        first_pid = engine.pid
+        result = asyncio.run(_kill_mid_stream(engine))
+        assert result.reason == "error" and engine.live_streams == 0
+        with pytest.raises(StreamFailed, match="engine process is gone"):
+            asyncio.run(_open_one(engine))
+        _until(lambda: engine.healthy and worker.healthy, 120)
+        assert engine.pid != first_pid and engine.restarts == 1 and worker.restarts == 1
+        for client in (engine, worker):
+            heard = asyncio.run(_speak_one(client))
+            assert heard.codes.shape == (30, 16)
+        assert lost == [] and not engine.exited
+        worker.close()
+
+
+def test_an_engine_process_that_keeps_dying_is_given_up(config: EngineConfig) -> None:
+    """More deaths than the policy allows in its window: no new engine process, `on_lost` once,
+    and `exited` for `voicewire serve` to exit non-zero."""
+    lost: list[str] = []
+    policy = RestartPolicy(max_deaths=1, window_s=300)
+    with EngineProcess.start(config, on_lost=lambda: lost.append("gone"), restarts=policy) as engine:
+        asyncio.run(_kill_mid_stream(engine))
+        _until(lambda: engine.healthy, 120)  # the first death is started again
+        asyncio.run(_kill_mid_stream(engine))
+        _until(lambda: lost == ["gone"], 30)
+        assert engine.exited and not engine.healthy and engine.restarts == 1
+
+
+def test_without_restarts_a_dead_engine_process_is_lost(config: EngineConfig) -> None:
+    lost: list[str] = []
+    with EngineProcess.start(config, on_lost=lambda: lost.append("gone"), restarts=None) as engine:
+        result = asyncio.run(_kill_mid_stream(engine))
+        _until(lambda: lost == ["gone"], 30)
+        assert result.reason == "error" and engine.exited and not engine.healthy and engine.live_streams == 0
+
+
+async def _open_one(engine: EngineProcess) -> None:
+    engine.open_stream(Voice(speaker="ryan"))
+
+
+async def _speak_one(engine: EngineProcess):
+    return await speak(engine.open_stream(await engine.voice(speaker="ryan"), GREEDY), [TEXT])
 
 
 def test_a_checkpoint_that_does_not_load_is_a_clear_start_error(tmp_path) -> None:

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -68,7 +69,9 @@ def test_a_worker_app_joins_the_engine_of_its_environment(tiny_checkpoints, monk
         assert engine.healthy  # the worker's going did not stop the engine
 
 
-def _serve(tiny_checkpoints, tmp_path: Path, workers: int) -> tuple[subprocess.Popen, int, list[int]]:
+def _serve(
+    tiny_checkpoints, tmp_path: Path, workers: int, **server: object
+) -> tuple[subprocess.Popen, int, list[int]]:
     """`voicewire serve --workers N` on a free port, ready; its process, port and child processes."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -77,7 +80,9 @@ def _serve(tiny_checkpoints, tmp_path: Path, workers: int) -> tuple[subprocess.P
     profile.write_text(
         # 16 slots: /ready answers once one worker is warm, and another may still hold its 4
         # warm-up streams when the test's 6 sessions arrive.
-        yaml.safe_dump({"engine": {"max_streams": 16, "kv_length": 256}, "server": {"workers": workers}})
+        yaml.safe_dump(
+            {"engine": {"max_streams": 16, "kv_length": 256}, "server": {"workers": workers, **server}}
+        )
     )
     command = [
         sys.executable,
@@ -301,9 +306,11 @@ def test_a_killed_server_leaves_no_process_behind(tiny_checkpoints, tmp_path: Pa
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_server_whose_engine_dies_stops(tiny_checkpoints, tmp_path: Path, workers: int) -> None:
-    """Nothing is left listening that can only fail: a supervisor sees the exit and restarts it."""
-    process, _, children = _serve(tiny_checkpoints, tmp_path, workers=workers)
+def test_a_server_whose_engine_dies_past_its_restarts_stops(
+    tiny_checkpoints, tmp_path: Path, workers: int
+) -> None:
+    """engine_restarts: 0: nothing is left listening that can only fail; a supervisor sees the exit."""
+    process, _, children = _serve(tiny_checkpoints, tmp_path, workers=workers, engine_restarts=0)
     try:
         engine = _engine_pid(tmp_path)
         assert engine in children
@@ -314,7 +321,42 @@ def test_a_server_whose_engine_dies_stops(tiny_checkpoints, tmp_path: Path, work
             process.kill()
             process.wait()
     _gone(children, 30)
-    assert "the engine process is gone: stopping server process" in (tmp_path / "serve.log").read_text()
+    log = (tmp_path / "serve.log").read_text()
+    assert "the engine process died 1 times in 300 s" in log and "giving up" in log
+    assert "the engine process is gone: stopping server process" in log
+
+
+def test_a_server_whose_engine_dies_heals(tiny_checkpoints, tmp_path: Path) -> None:
+    """The engine process is started again on the same socket: /ready answers 503 until the new
+    one is warm, then 200, and every worker serves new sessions on it."""
+    process, port, _ = _serve(tiny_checkpoints, tmp_path, workers=2)
+    try:
+        first = _engine_pid(tmp_path)
+        os.kill(first, signal.SIGKILL)
+        statuses = set()
+        deadline = time.monotonic() + 120
+        while True:
+            assert time.monotonic() < deadline, statuses
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as response:
+                    statuses.add(response.status)
+                    if response.status == 200 and 503 in statuses:
+                        break
+            except urllib.error.HTTPError as error:
+                statuses.add(error.code)
+            except OSError:
+                pass
+            time.sleep(0.1)
+        log = (tmp_path / "serve.log").read_text()
+        assert "the engine process exited (code -9): starting another" in log
+        assert "joined the engine process again" in log
+        # Six sessions: the kernel spreads them over both workers' sockets.
+        results = [asyncio.run(_speak(f"ws://127.0.0.1:{port}", "Hi.")) for _ in range(6)]
+        assert results == [("max_frames", 6 * 1920 * 2)] * 6
+        assert process.poll() is None
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
 
 
 @pytest.mark.parametrize("workers", [0, -1])
