@@ -18,7 +18,6 @@ import asyncio
 import base64
 import binascii
 import hashlib
-import importlib.util
 import io
 import json
 import time
@@ -277,13 +276,6 @@ class VoiceLibrary:
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         config = self.config
         if kind.startswith("multipart/"):
-            if importlib.util.find_spec("multipart") is None:
-                raise HttpError(
-                    415,
-                    "unsupported_media_type",
-                    "multipart uploads need python-multipart on the server; send JSON with base64 "
-                    "`audio`, or the audio file as the body with the fields in the query string",
-                )
             return await self._multipart(request)
         if kind.startswith("audio/") or kind == "application/octet-stream":
             data = await read_body(request, config.max_upload_bytes)

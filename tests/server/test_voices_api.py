@@ -277,7 +277,12 @@ def test_bad_uploads_are_refused_with_their_code_and_nothing_is_stored(keyed_ser
             "upload_too_large",
         ),
         (
-            httpx.post(url, files={"file": ("a.wav", REFERENCE)}, headers=_auth(bravo)),
+            httpx.post(url, files={"audio": ("a.wav", REFERENCE)}, data={"name": "x"}, headers=_auth(bravo)),
+            400,
+            "invalid_request",
+        ),
+        (
+            httpx.post(url, content=b"<xml/>", headers=_auth(bravo) | {"content-type": "text/xml"}),
             415,
             "unsupported_media_type",
         ),
@@ -288,7 +293,13 @@ def test_bad_uploads_are_refused_with_their_code_and_nothing_is_stored(keyed_ser
     assert raw_ok.status_code == 201, raw_ok.text  # a FLAC file as the body, stereo downmixed
     ogg = _upload(keyed_server, bravo, audio=_reference(fmt="OGG", rate=16000))
     assert ogg.status_code == 201, ogg.text  # OGG at 16 kHz, resampled
-    assert _upload(keyed_server, bravo).status_code == 201
+    form = httpx.post(
+        url,
+        files={"file": ("a.wav", REFERENCE)},
+        data={"name": "form", "language": "english"},
+        headers=_auth(bravo),
+    )
+    assert form.status_code == 201 and form.json()["name"] == "form", form.text  # a multipart upload
     full = _upload(keyed_server, bravo)  # a fourth: the limit is 3
     assert (full.status_code, full.json()["error"]["code"]) == (409, "too_many_voices")
     after = httpx.get(url, headers=_auth(bravo), timeout=10).json()["stored"]
