@@ -19,7 +19,7 @@ async function connect() {
 
 async function restart() {
   if (player) await player.close();
-  player = new VoicewirePlayer({ targetMs: Number(params.get('target') || 90) });
+  player = new VoicewirePlayer({ targetMs: Number(params.get('target') || 300) });
   window.voicewire = player; // for the browser tests
   await player.connect(wsUrl, { format: params.get('format') || 'auto', token: params.get('token') });
   player.addEventListener('progress', ({ detail }) => { $('progress').textContent += detail.text; });
