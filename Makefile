@@ -37,7 +37,7 @@ lint: $(VENV)/.installed-dev
 	bash scripts/typecheck.sh $(VENV)
 
 test: $(VENV)/.installed-dev $(TEST_TOOLS) lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 clean:
 	rm -rf $(VENV) demo.wav
