@@ -151,6 +151,7 @@ class EngineConfig:
     backend: str = "torch"  # who runs the talker: "torch" (in process) or "vllm"
     device: str = "cpu"
     dtype: str = "float32"
+    cpu_threads: int = 1  # on CPU, the threads torch splits each op over (engine/cpu_threads.py)
     max_streams: int = 8  # stream slots: KV caches and decoder states are allocated for this many
     kv_length: int = 1024  # talker KV positions per slot: voice prefix + one segment's frames
     lookahead_tokens: int = 3  # text tokens a segment waits for before its first frame
@@ -171,6 +172,8 @@ class EngineConfig:
             raise InvalidOptions(f"unknown backend {self.backend!r}; allowed: {', '.join(BACKENDS)}")
         if self.max_streams < 1:
             raise InvalidOptions(f"max_streams must be >= 1, got {self.max_streams}")
+        if self.cpu_threads < 1:
+            raise InvalidOptions(f"cpu_threads must be >= 1, got {self.cpu_threads}")
         if self.kv_length < 64:
             raise InvalidOptions(f"kv_length must be >= 64, got {self.kv_length}")
         if self.lookahead_tokens < 1 or self.max_prefills_per_step < 1:

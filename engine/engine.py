@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from voicewire.engine import pointwise
 from voicewire.engine.backend import TalkerBackend
 from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine.cpu_threads import use_cpu_threads
 from voicewire.engine.decode_stage import DecoderStage
 from voicewire.engine.errors import InvalidOptions, InvalidVoice
 from voicewire.engine.frame_step import GenerationOptions
@@ -102,6 +103,7 @@ class Engine:
         self.model = model
         self.config = config or EngineConfig()
         self.info = EngineInfo.of(model)
+        use_cpu_threads(model.device, self.config.cpu_threads)
         if self.config.fuse_kernels and model.device.type == "cuda":
             pointwise.enable_fusion()  # before any graph is captured
         graphs = self.config.cuda_graphs and model.device.type == "cuda"

@@ -24,9 +24,12 @@ def _synth(args: argparse.Namespace) -> int:
     import numpy as np
     import soundfile as sf
 
+    from voicewire.engine.config import EngineConfig
+    from voicewire.engine.cpu_threads import use_cpu_threads
     from voicewire.engine.model import Qwen3TTS, SynthesisRequest
 
     model = Qwen3TTS.load(args.model, device=args.device, dtype=args.dtype)
+    use_cpu_threads(model.device, EngineConfig.cpu_threads)
     if model.is_builtin_tiny:
         log.warning("model 'tiny' is a random checkpoint: it exercises the pipeline but does not speak words")
     ref_audio = None
