@@ -19,6 +19,7 @@ import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import msgpack
 import numpy as np
@@ -27,7 +28,29 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
 MSGPACK = "voicewire.v1.msgpack"
-__all__ = ["Client", "ClientContext", "ServerError"]
+__all__ = ["Client", "ClientContext", "ServerError", "http_url", "ws_url"]
+_SCHEMES = (("ws://", "http://"), ("wss://", "https://"))
+
+
+def ws_url(url: str) -> str:
+    """A server address as its socket's: http(s):// becomes ws(s)://. Raises ValueError for any
+    other scheme (a bare host:port too, so that a typo is not taken for a path)."""
+    url = url.rstrip("/")
+    for ws, http in _SCHEMES:
+        if url.startswith(ws):
+            return url
+        if url.startswith(http):
+            return ws + url[len(http) :]
+    raise ValueError(f"a server address starts with ws://, wss://, http:// or https://, not {url!r}")
+
+
+def http_url(url: str) -> str:
+    """A server address as its HTTP API's: ws(s):// becomes http(s)://."""
+    url = ws_url(url)
+    for ws, http in _SCHEMES:
+        if url.startswith(ws):
+            return http + url[len(ws) :]
+    return url
 
 
 class ServerError(Exception):
@@ -152,11 +175,12 @@ class Client:
         format: dict[str, Any] | None = None,
         **start: Any,
     ) -> Client:
-        """Open `url` (ws://host:port), send `start`, wait for `ready`."""
+        """Open `url` (ws://host:port; http:// is taken too), send `start`, wait for `ready`.
+        Raises ValueError for an address that is not one, OSError when it cannot be reached."""
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
-        query = f"?token={token}" if token else ""
+        query = f"?token={quote(token)}" if token else ""
         ws = await connect(
-            f"{url.rstrip('/')}/v1/stream{query}",
+            f"{ws_url(url)}/v1/stream{query}",
             subprotocols=[Subprotocol(MSGPACK)],
             additional_headers=headers,
         )

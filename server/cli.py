@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,6 +119,7 @@ def _serve(args: argparse.Namespace) -> int:
             f"refusing to serve on {server_config.host} without API keys: set server.api_keys in the config "
             "or VOICEWIRE_API_KEYS, or listen on 127.0.0.1"
         )
+    _check_port(server_config.host, server_config.port)  # before minutes of loading and warm-up
     # The engine runs in a process of its own, so sockets and Opus never hold its interpreter.
     restarts = RestartPolicy(server_config.engine_restarts, server_config.engine_restart_window_s)
     engine = EngineProcess.start(engine_config, on_lost=stop_this_process, restarts=restarts)
@@ -149,6 +151,23 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """Raises ValueError when `host:port` cannot be listened on (another server holds it)."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise ValueError(f"cannot listen on {host}: {exc.strerror}") from None
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As uvicorn binds: a port whose last connections linger in TIME_WAIT is free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ValueError(
+                f"cannot listen on {host}:{port}: {exc.strerror} (another server? --port picks another)"
+            ) from None
 
 
 class _Stop(Exception):
@@ -184,13 +203,17 @@ def _say(args: argparse.Namespace) -> int:
 
     import numpy as np
     import soundfile as sf
+    from websockets.exceptions import WebSocketException
 
-    from voicewire.client import Client, ServerError
+    from voicewire.client import Client, ServerError, ws_url
 
     if not args.out and not args.play:
         raise ValueError("say needs --out FILE.wav or --play")
     if args.voice and (args.speaker or args.instruct):
         raise ValueError("--voice names a whole voice: give it without --speaker or --instruct")
+    args.url = ws_url(args.url)  # a one-line error for an address that is not one
+    if not (args.speaker or args.voice or args.instruct):
+        args.speaker = _first_speaker(args)
     voice = {"speaker": args.speaker, "language": args.language, "id": args.voice}
     if args.instruct:
         voice["instruct"] = args.instruct
@@ -222,7 +245,7 @@ def _say(args: argparse.Namespace) -> int:
         audio, rate, done = asyncio.run(speak())
     except ServerError as exc:
         raise ValueError(f"the server refused: {exc}") from None
-    except OSError as exc:
+    except (OSError, WebSocketException) as exc:
         raise ValueError(f"could not reach {args.url}: {exc}") from None
     log.info("%d samples at %d Hz (%s)", audio.shape[0], rate, done.get("reason", "?"))
     if args.out:
@@ -237,6 +260,17 @@ def _say(args: argparse.Namespace) -> int:
             extra = ["-autoexit", "-nodisp", "-loglevel", "quiet"] if player == "ffplay" else []
             subprocess.run([player, *extra, f.name], check=True)
     return 0
+
+
+def _first_speaker(args: argparse.Namespace) -> str | None:
+    """The checkpoint's first named speaker, for a `say` that names no voice (None when it has
+    none: the server then says what the checkpoint needs)."""
+    listed = voices_cli.request(args, "GET", "/v1/voices")
+    speakers = [voice["id"] for voice in listed.get("voices", [])]
+    if not speakers:
+        return None
+    log.info("speaking as %s, the checkpoint's first speaker (--speaker picks another)", speakers[0])
+    return str(speakers[0])
 
 
 def _chunk_schedule(text: str) -> tuple[int, ...]:

@@ -10,17 +10,12 @@ from pathlib import Path
 from typing import Any
 
 
-def http_url(url: str) -> str:
-    """A server address as given to `say` (ws://...) or as HTTP, as HTTP."""
-    for ws, http in (("ws://", "http://"), ("wss://", "https://")):
-        if url.startswith(ws):
-            return http + url[len(ws) :]
-    return url.rstrip("/")
-
-
-def _call(args: argparse.Namespace, method: str, path: str, content_type: str = "", **kwargs: Any) -> Any:
+def request(args: argparse.Namespace, method: str, path: str, content_type: str = "", **kwargs: Any) -> Any:
     import httpx
 
+    from voicewire.client import http_url
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     key = args.api_key or os.environ.get("VOICEWIRE_API_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     if content_type:
@@ -43,26 +38,25 @@ def _call(args: argparse.Namespace, method: str, path: str, content_type: str = 
 
 
 def voices(args: argparse.Namespace) -> int:
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     if args.action == "add":
         path = Path(args.file)
         fields = {"name": args.name or path.stem, "language": args.language, "description": args.description}
         if args.ref_text:
             fields["ref_text"] = args.ref_text
         data = path.read_bytes()  # FileNotFoundError: one line from main
-        made = _call(
+        made = request(
             args, "POST", "/v1/voices", content=data, params=fields, content_type="application/octet-stream"
         )
         print(json.dumps(made))
     elif args.action == "list":
-        listed = _call(args, "GET", "/v1/voices")
+        listed = request(args, "GET", "/v1/voices")
         for speaker in listed.get("voices", []):
             print(f"{speaker['id']}\tspeaker")
         for voice in listed.get("stored", []):
             kind = "in-context" if voice["in_context"] else "x-vector"
             print(f"{voice['id']}\t{voice['name']}\t{voice['duration']:.1f} s\t{kind}")
     else:
-        _call(args, "DELETE", f"/v1/voices/{args.id}")
+        request(args, "DELETE", f"/v1/voices/{args.id}")
         print(f"deleted {args.id}")
     return 0
 

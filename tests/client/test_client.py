@@ -90,4 +90,30 @@ def test_say_writes_a_wav(server, tmp_path: Path) -> None:
 
 def test_say_without_a_server_is_a_clear_error(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     assert main(["say", "Hi.", "--url", "ws://127.0.0.1:9", "--out", str(tmp_path / "x.wav")]) == 2
-    assert "could not reach ws://127.0.0.1:9" in caplog.text
+    assert "could not reach http://127.0.0.1:9/v1/voices" in caplog.text  # asked for its speakers first
+
+
+def test_say_without_a_speaker_speaks_as_the_first_one_over_an_http_address(
+    server, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO")
+    out = tmp_path / "first.wav"
+    assert main(["say", "Hi.", "--url", server.http, "--out", str(out)]) == 0
+    assert "speaking as aiden, the checkpoint's first speaker" in caplog.text  # sorted: aiden, dylan, ...
+    assert sf.info(out).frames > 0
+
+
+def test_say_to_an_address_that_is_not_one_is_one_line(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    assert main(["say", "Hi.", "--url", "127.0.0.1:8000", "--out", str(tmp_path / "x.wav")]) == 2
+    assert caplog.records[-1].getMessage() == (
+        "voicewire say: a server address starts with ws://, wss://, http:// or https://, not '127.0.0.1:8000'"
+    )
+
+
+def test_ws_and_http_addresses_convert_both_ways() -> None:
+    from voicewire.client import http_url, ws_url
+
+    assert ws_url("http://h:1/") == "ws://h:1" and ws_url("wss://h") == "wss://h"
+    assert http_url("wss://h:2") == "https://h:2" and http_url("http://h") == "http://h"

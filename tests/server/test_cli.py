@@ -138,14 +138,28 @@ def test_serve_without_the_default_model_names_the_ways_out(
     caplog: pytest.LogCaptureFixture, monkeypatch
 ) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert main(["serve", "--port", "1"]) == 2
+    assert main(["serve", "--port", "0"]) == 2
     assert "--model PATH" in caplog.text and "--model tiny" in caplog.text
 
 
 def test_serve_refuses_a_public_address_without_keys(caplog: pytest.LogCaptureFixture, monkeypatch) -> None:
     monkeypatch.delenv("VOICEWIRE_API_KEYS", raising=False)
-    assert main(["serve", "--model", "tiny", "--host", "0.0.0.0", "--port", "1"]) == 2
+    assert main(["serve", "--model", "tiny", "--host", "0.0.0.0", "--port", "0"]) == 2
     assert "refusing to serve on 0.0.0.0 without API keys" in caplog.text
+
+
+def test_serve_on_a_busy_port_says_so_before_loading(caplog: pytest.LogCaptureFixture) -> None:
+    import socket
+    import time
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        started = time.monotonic()
+        assert main(["serve", "--model", "tiny", "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in caplog.text
+    assert "loaded" not in caplog.text and time.monotonic() - started < 5  # no model was loaded
 
 
 def test_voices_add_list_rm_and_say_with_the_voice(
