@@ -134,17 +134,25 @@ def test_bench_engine_refuses_arms_it_cannot_run(
     assert "voicewire bench-engine: " in caplog.text and message in caplog.text
 
 
+def _free_port() -> str:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
 def test_serve_without_the_default_model_names_the_ways_out(
     caplog: pytest.LogCaptureFixture, monkeypatch
 ) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert main(["serve", "--port", "0"]) == 2
+    assert main(["serve", "--port", _free_port()]) == 2
     assert "--model PATH" in caplog.text and "--model tiny" in caplog.text
 
 
 def test_serve_refuses_a_public_address_without_keys(caplog: pytest.LogCaptureFixture, monkeypatch) -> None:
     monkeypatch.delenv("VOICEWIRE_API_KEYS", raising=False)
-    assert main(["serve", "--model", "tiny", "--host", "0.0.0.0", "--port", "0"]) == 2
+    assert main(["serve", "--model", "tiny", "--host", "0.0.0.0", "--port", _free_port()]) == 2
     assert "refusing to serve on 0.0.0.0 without API keys" in caplog.text
 
 
