@@ -9,6 +9,15 @@ const wsUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.hos
 let player = null;
 let sent = 0; // characters of the text box already sent in this turn
 let meterLevel = 0;
+let simulation = 0; // the running "Simulate LLM", by number: Stop and New turn end it
+let failure = null; // the last error, in words, until the next action
+
+function fail(message) { failure = message; $('status').textContent = `error: ${message}`; }
+function act() { // any action of the user clears the last error
+  if (failure === null) return;
+  failure = null;
+  $('status').textContent = `connected (${player.stats().codec})`;
+}
 
 async function connect() {
   const voices = await (await fetch('v1/voices')).json();
@@ -18,12 +27,16 @@ async function connect() {
 }
 
 async function restart() {
-  if (player) await player.close();
-  player = new VoicewirePlayer({ targetMs: Number(params.get('target') || 300) });
+  if (player) { const old = player; player = null; await old.close(); }
+  const me = new VoicewirePlayer({ targetMs: Number(params.get('target') || 300) });
+  player = me;
   window.voicewire = player; // for the browser tests
   await player.connect(wsUrl, { format: params.get('format') || 'auto', token: params.get('token') });
   player.addEventListener('progress', ({ detail }) => { $('progress').textContent += detail.text; });
-  player.addEventListener('error', ({ detail }) => { $('status').textContent = `error: ${detail.code}`; });
+  player.addEventListener('error', ({ detail }) => fail(detail.message || detail.code));
+  player.addEventListener('close', ({ detail }) => {
+    if (player === me) fail(`the server closed the connection (${detail.reason || `code ${detail.code}`})`);
+  });
   player.addEventListener('rendered', ({ detail }) => {
     let peak = 0;
     for (const v of detail) peak = Math.max(peak, Math.abs(v));
@@ -41,25 +54,31 @@ async function restart() {
   newTurn();
 }
 
-function newTurn() { sent = 0; $('text').value = ''; $('progress').textContent = ''; }
+function newTurn() { simulation++; sent = 0; $('text').value = ''; $('progress').textContent = ''; }
 
 $('text').addEventListener('input', () => {
+  act();
   const text = $('text').value;
   if (text.length < sent) { sent = text.length; return; } // edits behind the cursor are not unsaid
+  // Text typed after Speak is the next turn: the player holds it until this one is done.
   if (text.length > sent) { player.push(text.slice(sent)); sent = text.length; }
 });
-$('speak').addEventListener('click', () => player.end());
-$('stop').addEventListener('click', () => player.cancel());
-$('turn').addEventListener('click', () => { player.cancel(); newTurn(); });
+$('speak').addEventListener('click', () => { act(); player.end(); });
+$('stop').addEventListener('click', () => { act(); simulation++; player.cancel(); });
+$('turn').addEventListener('click', () => { act(); player.cancel(); newTurn(); });
 $('simulate').addEventListener('click', async () => {
+  act();
+  player.cancel();
   newTurn();
+  const mine = simulation;
   for (const word of PARAGRAPH.split(/(?<= )/)) {
+    if (mine !== simulation) return; // stopped
     $('text').value += word;
     sent = $('text').value.length;
     player.push(word);
     await new Promise((r) => setTimeout(r, 60));
   }
-  player.end();
+  if (mine === simulation) player.end();
 });
 for (const id of ['voice', 'language']) $(id).addEventListener('change', restart);
 
@@ -78,8 +97,11 @@ function draw() {
     $('underruns').textContent = s.underruns;
     $('bitrate').textContent = `${s.bitrateKbps.toFixed(0)} kbps`;
     $('codec').textContent = s.codec;
+    // idle: no turn; listening: a turn is open, its audio not here yet; speaking: audio playing.
+    const state = s.bufferMs > 0 ? 'speaking' : s.context ? 'listening' : 'idle';
+    if ($('state').textContent !== state) { $('state').textContent = state; $('state').dataset.state = state; }
   }
   requestAnimationFrame(draw);
 }
 requestAnimationFrame(draw);
-connect().catch((error) => { $('status').textContent = String(error); });
+connect().catch((error) => fail(error.message || String(error)));

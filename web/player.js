@@ -39,6 +39,7 @@ export class VoicewirePlayer extends EventTarget {
     this.bytes = 0;
     this.connectedAt = 0;
     this.worklet = { played: 0, level: 0, underruns: 0 };
+    this.next = []; // text (and null for end) for the turn after the ended one
   }
 
   /** Open the socket (`url` is ws[s]://host[:port]) and the audio graph. `format`: 'auto', 'opus' or 'pcm'. */
@@ -75,9 +76,11 @@ export class VoicewirePlayer extends EventTarget {
     });
   }
 
-  /** Send text to the current turn (a new one when none is open). */
+  /** Send text to the current turn (a new one when none is open). Text after `end()` belongs to
+   * the next turn: it is held until the ended one is done, then sent as a new turn. */
   push(text, { contextId } = {}) {
     if (contextId && contextId !== this.context) this.openTurn(contextId);
+    if (this.context && this.turnState.ended) { this.next.push(text); return; }
     if (!this.context) this.openTurn(`turn-${++this.turns}`);
     const turn = this.turnState;
     if (turn.firstPush === null) turn.firstPush = performance.now();
@@ -87,6 +90,10 @@ export class VoicewirePlayer extends EventTarget {
   flush() { if (this.context) this.send({ type: 'flush', context_id: this.context }); }
 
   end() {
+    if (this.context && this.turnState.ended) { // ends the held next turn, once it is open
+      if (this.next.length) this.next.push(null);
+      return;
+    }
     if (!this.context) return;
     this.send({ type: 'end', context_id: this.context });
     this.turnState.ended = true;
@@ -94,6 +101,7 @@ export class VoicewirePlayer extends EventTarget {
 
   /** Barge-in: silence now, drop what is still on its way, tell the server. */
   cancel() {
+    this.next = [];
     this.node?.port.postMessage({ type: 'clear' });
     if (!this.context) return;
     this.cancelled.add(this.context);
@@ -131,13 +139,22 @@ export class VoicewirePlayer extends EventTarget {
 
   emit(type, detail) { this.dispatchEvent(new CustomEvent(type, { detail })); }
 
+  /** The text held for the turn after an ended one, sent as a new turn. */
+  sendNext() {
+    const next = this.next;
+    this.next = [];
+    for (const text of next) { if (text === null) this.end(); else this.push(text); }
+  }
+
   openTurn(id) {
+    // A turn that ended normally plays out; one replaced mid-way is silenced.
+    const replaced = this.context !== null && this.context !== id;
     this.context = id;
     this.turnState = {
       id, firstPush: null, skip: this.codecDelay || 0, owed: 0, heard: false, ended: false,
       underrunBase: this.worklet.underruns, // the server counts underruns per context
     };
-    this.node.port.postMessage({ type: 'clear' });
+    if (replaced) this.node.port.postMessage({ type: 'clear' });
     if (this.opus) this.resetDecoder();
   }
 
@@ -183,7 +200,10 @@ export class VoicewirePlayer extends EventTarget {
           this.context = null;
           // Let the decoder hand over its last samples, then let the buffer play out.
           const flushed = this.opus ? this.decoder.flush() : Promise.resolve();
-          flushed.then(() => this.node.port.postMessage({ type: 'finish' }), () => {});
+          flushed.then(() => {
+            this.node.port.postMessage({ type: 'finish' });
+            this.sendNext(); // after the flush: a new turn resets the decoder
+          }, () => {});
         }
         this.emit('done', message);
         break;

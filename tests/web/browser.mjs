@@ -39,6 +39,7 @@ try {
     fidelity: '&greedy=1&maxFrames=24&bitrate=128000',
     typing: '&maxFrames=30',
     pcm: '&maxFrames=30',
+    turns: '&maxFrames=12',
   }[scenario] || '';
   await page.goto(`${base}/?format=${format}&target=1000${extra}`);
   await page.waitForFunction(() => window.voicewire?.ready === true, null, { timeout: 30000 });
@@ -46,13 +47,18 @@ try {
   await page.evaluate((text) => { window.FIDELITY_TEXT = text; }, process.env.FIDELITY_TEXT || '');
   await page.evaluate(() => {
     const p = window.voicewire;
-    window.seen = { firstAudioAt: null, rendered: [], done: null, underruns: [], arrived: [] };
+    window.seen = { firstAudioAt: null, rendered: [], done: null, dones: [], errors: [], underruns: [], arrived: [], states: [] };
+    setInterval(() => { // the demo's state line, each change
+      const state = document.getElementById('state').textContent;
+      if (window.seen.states.at(-1) !== state) window.seen.states.push(state);
+    }, 20);
+    p.addEventListener('error', (e) => { window.seen.errors.push(e.detail.code); });
     p.addEventListener('underrun', () => { window.seen.underruns.push([performance.now(), p.stats().played]); });
     p.addEventListener('audio', (e) => {
       window.seen.firstAudioAt ??= performance.now();
       window.seen.arrived.push([performance.now(), e.detail.pts + e.detail.samples]);
     });
-    p.addEventListener('done', (e) => { window.seen.done = e.detail; });
+    p.addEventListener('done', (e) => { window.seen.done = e.detail; window.seen.dones.push(e.detail.context_id); });
     p.addEventListener('rendered', (e) => { window.seen.rendered.push([performance.now(), e.detail.length]); });
   });
 
@@ -96,6 +102,32 @@ try {
     result.rendered = seen.samples;
     result.done = seen.done;
     result.voice = seen.voice;
+  } else if (scenario === 'turns') {
+    const status = () => page.evaluate(() => document.getElementById('status').textContent);
+    result.favicon = await page.evaluate(async () => (await fetch('/favicon.ico')).status);
+    // Text typed after Speak, while the turn still plays, is the next turn, not an error.
+    await page.locator('#text').focus();
+    await page.keyboard.insertText('First turn. ');
+    await page.click('#speak');
+    await page.keyboard.insertText('Second turn.');
+    await page.click('#speak');
+    await page.waitForFunction(() => window.seen.dones.length >= 2, null, { timeout: 60000 });
+    await page.waitForFunction(() => document.getElementById('state').textContent === 'idle', null, { timeout: 30000 });
+    result.statusAfterTurns = await status();
+    // An error says what happened, in words, until the next action.
+    await page.evaluate(() => window.voicewire.send({ type: 'bogus' }));
+    await page.waitForFunction(() => document.getElementById('status').textContent.startsWith('error'));
+    result.errorStatus = await status();
+    await page.click('#stop');
+    result.statusAfterAction = await status();
+    // Stop ends "Simulate LLM": no more words are written.
+    await page.click('#simulate');
+    await page.waitForTimeout(400);
+    await page.click('#stop');
+    const typed = await page.evaluate(() => document.getElementById('text').value.length);
+    await page.waitForTimeout(600);
+    result.simulated = [typed, await page.evaluate(() => document.getElementById('text').value.length)];
+    result.seen = await page.evaluate(() => ({ dones: window.seen.dones, errors: window.seen.errors, states: window.seen.states }));
   } else if (scenario === 'barge-in') {
     await page.evaluate(() => {
       const p = window.voicewire;
