@@ -9,6 +9,7 @@ handed over without waiting on the engine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from voicewire.engine.config import EngineConfig, StreamOptions
@@ -61,6 +62,13 @@ class EngineClient(Protocol):
     def open_stream(self, voice: Voice, options: StreamOptions | None = None) -> StreamHandle:
         """A new stream in the running event loop. Raises InvalidOptions, or EngineFull when the
         whole engine has no slot free."""
+        ...
+
+    def watch_slots(self, callback: Callable[[], None]) -> None:
+        """Call `callback` whenever a stream slot may have come free: a stream opened here
+        finished, or (the engine process) the whole engine has room again. It is called in an
+        engine thread and must not block. A hint, not a reservation: another caller may take the
+        slot first (server/admission.py queues for slots with it)."""
         ...
 
     def close(self) -> None:

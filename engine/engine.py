@@ -118,6 +118,7 @@ class Engine:
         )
         max_ahead = int(self.config.max_buffered_seconds * SAMPLE_RATE)
         self._ids = itertools.count(1)
+        self._slot_watchers: list[Callable[[], None]] = []
         self.voices = VoiceCache()
         self._stop = threading.Event()
         self.scheduler: TalkerBackend
@@ -244,7 +245,7 @@ class Engine:
             refused = StreamHandle(next(self._ids), voice, options, _REFUSED)
             refused.finish(StreamResult("error", 0, 0, 0, -1, exc))
             return refused
-        bridge = _ToHandle()
+        bridge = _ToHandle(self._slot_freed)
         stream, generation = self._new_stream(voice, options, bridge)
         bridge.handle = StreamHandle(stream.id, voice, options, stream)  # before any chunk
         self._submit(stream, generation)
@@ -270,6 +271,14 @@ class Engine:
         lookahead = stream.options.lookahead_tokens or self.config.lookahead_tokens
         self.scheduler.submit(stream, generation, lookahead)
         self._wake()
+
+    def watch_slots(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (in an engine thread) as each stream opened with `open_stream` finishes."""
+        self._slot_watchers.append(callback)
+
+    def _slot_freed(self) -> None:
+        for callback in self._slot_watchers:
+            callback()
 
     def tune(self, **settings: Any) -> None:
         """Change the settings that the engine's threads read afresh each round (`LIVE_SETTINGS`),
@@ -328,15 +337,21 @@ _REFUSED = _Refused()
 
 class _ToHandle:
     """A stream's listener in this process: its chunks and result go to its handle, in the
-    handle's event loop, in the order they came."""
+    handle's event loop, in the order they came. A stream that finished has freed its slot, or
+    is about to (the scheduler frees it just after handing the stream's end to the decoder), so
+    `freed` is told; a waiter that finds no slot yet looks again shortly (server/admission.py)."""
 
     handle: StreamHandle
+
+    def __init__(self, freed: Callable[[], None]) -> None:
+        self._freed = freed
 
     def chunk(self, stream: Stream, chunk: AudioChunk) -> None:
         self._call(stream, self.handle.deliver, chunk)
 
     def finished(self, stream: Stream, result: StreamResult) -> None:
         self._call(stream, self.handle.finish, result)
+        self._freed()
 
     def _call(self, stream: Stream, fn: Callable[[Any], None], arg: object) -> None:
         try:

@@ -500,6 +500,7 @@ class EngineProcess:
         self._closing = False
         self.restarts = 0  # times this connection was made again to a new engine process
         self._parent = os.getppid()
+        self._slot_watchers: list[Callable[[], None]] = []
         self._attach(conn)
 
     def _attach(self, conn: Connection) -> None:
@@ -515,6 +516,7 @@ class EngineProcess:
         self._lost: str | None = None  # why the engine is out of reach
         self._reader = threading.Thread(target=self._read_loop, name="voicewire-engine-reader", daemon=True)
         self._reader.start()
+        self._slot_freed()  # a new engine process (after a restart) has every slot free
 
     @classmethod
     def start(
@@ -608,6 +610,16 @@ class EngineProcess:
         self._send(_Open(stream_id, voice, options))
         return stream
 
+    def watch_slots(self, callback: Callable[[], None]) -> None:
+        """As `Engine.watch_slots`, called in this connection's reader thread: when a stream of
+        this server finished, or the engine's count of live streams fell (every server hears it
+        when the engine is full no more)."""
+        self._slot_watchers.append(callback)
+
+    def _slot_freed(self) -> None:
+        for callback in self._slot_watchers:
+            callback()
+
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._lost is not None:
             raise StreamFailed(f"the engine process is gone ({self._lost}); try again shortly")
@@ -628,7 +640,9 @@ class EngineProcess:
     def _read_loop(self) -> None:
         try:
             while True:
-                self._engine_live, batch = _read(self._conn)
+                live, batch = _read(self._conn)
+                freed = live < self._engine_live
+                self._engine_live = live
                 self._opened_since_report = 0
                 by_loop: dict[asyncio.AbstractEventLoop, list[tuple[StreamHandle, object]]] = {}
                 for event in batch:
@@ -640,16 +654,20 @@ class EngineProcess:
                         continue
                     if isinstance(event, _Finished):
                         del self._streams[event.stream_id]
+                        freed = True
                     by_loop.setdefault(stream.loop, []).append((stream, event))
                 for loop, items in by_loop.items():
                     try:
                         loop.call_soon_threadsafe(_deliver_all, items)
                     except RuntimeError:  # that loop is closed: nobody is listening any more
                         pass
+                if freed:  # after the counts above, which open_stream checks
+                    self._slot_freed()
         except (EOFError, OSError):
             pass
         self._engine_live = 0
         self._fail_all("the engine was closed" if self._closing else "the engine process exited")
+        self._slot_freed()  # waiters for a slot try again and hear that the engine is away
         if self._closing:
             return
         if self._restarts is None:

@@ -12,7 +12,8 @@ import yaml
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every server process logs alike
 
 
-ZERO_ALLOWED = {"engine_restarts"}  # 0: a dead engine process stops the server
+# 0: a dead engine process stops the server; no waiting for a stream slot (engine_full at once).
+ZERO_ALLOWED = {"engine_restarts", "slot_wait_s", "slot_queue"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,12 @@ class ServerConfig:
     # within engine_restart_window_s: then the server exits non-zero, for its supervisor.
     engine_restarts: int = 3
     engine_restart_window_s: float = 300.0
+    # A context (or speech request) that finds every engine slot taken waits up to slot_wait_s
+    # for one, first come first served, behind at most slot_queue others (per worker); past
+    # either it gets engine_full (HTTP 503 with Retry-After). Long enough to ride out a burst
+    # of turns starting together, short enough that a client can go elsewhere. 0: no waiting.
+    slot_wait_s: float = 2.0
+    slot_queue: int = 128
 
     @property
     def codec_thread_count(self) -> int:

@@ -17,6 +17,13 @@ class HttpError(Exception):
         return error_response(self.status, self.message, self.code)
 
 
+# Codes a client should simply send again, and after how many seconds (Retry-After). engine_full:
+# the request already waited server.slot_wait_s in line for a slot; slots free as turns end.
+RETRY_AFTER_S = {"engine_full": 1}
+
+
 def error_response(status: int, message: str, code: str) -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status)
+    retry = RETRY_AFTER_S.get(code)
+    headers = None if retry is None else {"Retry-After": str(retry)}
+    return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status, headers)

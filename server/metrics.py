@@ -85,6 +85,27 @@ class Metrics:
         self.errors = Counter(
             "voicewire_errors", "Errors sent to clients, by code", ["code"], registry=self.registry
         )
+        # Waiting for an engine slot (server/admission.py).
+        self.slot_queue = Gauge(
+            "voicewire_slot_queue",
+            "Contexts and speech requests waiting for an engine stream slot",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.slot_wait = Histogram(
+            "voicewire_slot_wait_seconds",
+            "Time a context or speech request waited for an engine stream slot, whatever the outcome",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.slot_wait_failures = Counter(
+            "voicewire_slot_wait_failures",
+            "Waits for a stream slot that ended without one, by reason: timeout (engine_full after "
+            "slot_wait_s), queue_full (engine_full at once: slot_queue wait already), cancelled "
+            "(the client cancelled or left)",
+            ["reason"],
+            registry=self.registry,
+        )
         self.http_requests = Counter(
             "voicewire_speech_requests",
             "POST /v1/audio/speech requests, by status",

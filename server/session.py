@@ -3,6 +3,9 @@ loop, joined by one bounded queue.
 
 receive loop -> (start, text, flush, end, cancel) -> engine streams
 context pump -> engine chunks -> encoder (thread pool) -> send queue -> send loop -> socket
+
+A context that finds every engine slot taken waits in its pump for one (server/admission.py);
+meanwhile its text, flush and end are held for its stream, and the socket goes on.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import enum
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
@@ -21,10 +25,11 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voicewire.engine import EngineError
 from voicewire.engine.api import EngineClient
 from voicewire.engine.errors import StreamClosed
-from voicewire.engine.handle import StreamHandle
+from voicewire.engine.handle import StreamHandle, check_text
 from voicewire.engine.playback import SimulatedPlayer
 from voicewire.engine.stream import SAMPLE_RATE
 from voicewire.server import protocol as p
+from voicewire.server.admission import Admission
 from voicewire.server.config import ServerConfig
 from voicewire.server.encoder import AudioEncoder
 from voicewire.server.errors import ProtocolError, from_engine
@@ -69,7 +74,7 @@ class ContextState(enum.Enum):
 @dataclass
 class Context:
     id: str
-    stream: StreamHandle
+    stream: StreamHandle | None  # None while it waits for an engine slot
     encoder: AudioEncoder
     state: ContextState = ContextState.OPEN
     chars: int = 0
@@ -77,8 +82,35 @@ class Context:
     pump: asyncio.Task | None = None
     opened_at: float = field(default_factory=time.perf_counter)
     underruns: int = 0  # as last reported by the client
-    counted: bool = True  # still in the contexts gauge
+    counted: bool = False  # in the contexts gauge (from its stream's opening until it finishes)
     player: SimulatedPlayer = field(default_factory=SimulatedPlayer)  # the listener's clock at the socket
+    held: list[Callable[[StreamHandle], None]] = field(default_factory=list)  # requests while waiting
+
+    def push_text(self, text: str) -> None:
+        if self.stream is None:
+            check_text(text)  # refused now, as the stream would refuse it
+            self.held.append(lambda stream: stream.push_text(text))
+        else:
+            self.stream.push_text(text)
+
+    def flush(self) -> None:
+        if self.stream is None:
+            self.held.append(StreamHandle.flush)
+        else:
+            self.stream.flush()
+
+    def end(self) -> None:
+        if self.stream is None:
+            self.held.append(StreamHandle.end)
+        else:
+            self.stream.end()
+
+    def opened(self, stream: StreamHandle) -> None:
+        """Its slot came: the requests held meanwhile go to the stream, in order."""
+        self.stream = stream
+        for request in self.held:
+            request(stream)
+        self.held.clear()
 
 
 class _SlowConsumer(Exception):
@@ -105,6 +137,7 @@ class Session:
         self._fatal: ProtocolError | None = None
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
+        self._admission = Admission(self.engine, self.config, self.metrics)
 
     def _fail(self, error: ProtocolError) -> None:
         """A fatal error: the session stops, says why, and closes."""
@@ -176,9 +209,9 @@ class Session:
             context = self._open_context(message.context_id, message.type)
             with _FinishedIsClosed(message.context_id):
                 if isinstance(message, p.Flush):
-                    context.stream.flush()
+                    context.flush()
                 else:
-                    context.stream.end()
+                    context.end()
             if isinstance(message, p.End):
                 context.state = ContextState.ENDED
         elif isinstance(message, p.Cancel):
@@ -229,9 +262,9 @@ class Session:
                 context.id,
             )
         context.chars += len(message.text)
-        context.stream.push_text(message.text)
+        context.push_text(message.text)
         if message.flush:
-            context.stream.flush()
+            context.flush()
 
     def _new_context(self, context_id: str) -> Context:
         assert self._settings is not None
@@ -243,14 +276,33 @@ class Session:
                 context_id,
             )
         try:
-            stream = self.engine.open_stream(self._settings.voice, self._settings.options)
+            # None: no slot is free now; the pump waits for one.
+            stream = self._admission.open_now(self._settings.voice, self._settings.options)
         except EngineError as exc:
             raise from_engine(exc, context_id) from None
         context = Context(context_id, stream, AudioEncoder(self._settings.format))
         self.contexts[context_id] = context
-        self.metrics.contexts.inc()
+        if stream is not None:
+            self._count(context)
         context.pump = asyncio.create_task(self._pump(context))
         return context
+
+    async def _admit(self, context: Context) -> bool:
+        """Wait in line for the context's stream; False (and engine_full said) if none came."""
+        assert self._settings is not None
+        try:
+            stream = await self._admission.open_stream(self._settings.voice, self._settings.options)
+        except EngineError as exc:
+            context.state = ContextState.FINISHED
+            with contextlib.suppress(_SlowConsumer):
+                self._error(from_engine(exc, context.id))
+            return False
+        if context.state is ContextState.CANCELLED:  # a cancel that asyncio.wait_for let slip (3.11)
+            stream.cancel()
+            return False
+        context.opened(stream)
+        self._count(context)
+        return True
 
     def _context(self, context_id: str) -> Context:
         context = self.contexts.get(context_id)
@@ -277,6 +329,11 @@ class Session:
         # From here on the pump sends nothing for this context; `cancelled` follows once the
         # engine has released the stream.
         context.state = ContextState.CANCELLED
+        if context.stream is None:  # still waiting for a slot: it leaves the line, holding nothing
+            if context.pump is not None:
+                context.pump.cancel()
+            self._report_cancelled(context, 0)
+            return
         context.stream.cancel()
         self._uncount(context)
         task = asyncio.create_task(self._report_cancel(context))
@@ -284,6 +341,7 @@ class Session:
         task.add_done_callback(self._tasks.discard)
 
     async def _report_cancel(self, context: Context) -> None:
+        assert context.stream is not None
         result = await context.stream.wait()
         with contextlib.suppress(_SlowConsumer):
             self._report_cancelled(context, result.samples_generated)
@@ -301,10 +359,14 @@ class Session:
     # --- audio out -----------------------------------------------------------------------------
 
     async def _pump(self, context: Context) -> None:
+        if context.stream is None and not await self._admit(context):
+            return
+        stream = context.stream
+        assert stream is not None
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         try:
-            async for chunk in context.stream:
+            async for chunk in stream:
                 packets = await loop.run_in_executor(
                     self.executor, context.encoder.encode, chunk.pcm, chunk.final
                 )
@@ -339,7 +401,7 @@ class Session:
                     self._emit(p.Flushed(context_id=context.id, pts=context.encoder.sent_samples))
             if context.state is ContextState.CANCELLED:
                 return
-            result = await context.stream.wait()
+            result = await stream.wait()
             context.state = ContextState.FINISHED
             self._uncount(context)
             samples = context.encoder.sent_samples
@@ -361,6 +423,10 @@ class Session:
                 self._error(from_engine(exc, context.id))
         except _SlowConsumer:
             pass  # the session is stopping
+
+    def _count(self, context: Context) -> None:
+        context.counted = True
+        self.metrics.contexts.inc()
 
     def _uncount(self, context: Context) -> None:
         if context.counted:
@@ -423,7 +489,8 @@ class Session:
         for context in self.contexts.values():
             if context.state in (ContextState.OPEN, ContextState.ENDED):
                 context.state = ContextState.CANCELLED
-                context.stream.cancel()
+                if context.stream is not None:  # a waiting one leaves the line with its pump
+                    context.stream.cancel()
             self._uncount(context)
         pumps = [c.pump for c in self.contexts.values() if c.pump is not None]
         for pump in pumps:

@@ -131,6 +131,37 @@ def test_cancel_capacity_and_bad_requests(client: EngineClient) -> None:
     _until(lambda: client.live_streams == 0)
 
 
+def test_watch_slots_hears_each_finished_stream(client: EngineClient) -> None:
+    """What server/admission.py waits on: told (in an engine thread) once a slot may be free."""
+    heard: list[int] = []
+    client.watch_slots(lambda: heard.append(client.live_streams))
+
+    async def run():
+        voice = await client.voice(speaker="ryan")
+        streams = [client.open_stream(voice, LONG) for _ in range(3)]
+        with pytest.raises(EngineFull):
+            client.open_stream(voice)
+        await asyncio.sleep(0.1)
+        told_while_full = len(heard)
+        streams[0].cancel()
+        await streams[0].wait()
+        await asyncio.wait_for(_until_async(lambda: len(heard) > told_while_full), 5)
+        # A hint: the engine here says so as the scheduler frees the slot, a moment early at times.
+        await asyncio.wait_for(_until_async(lambda: client.live_streams < 3), 1)
+        again = client.open_stream(voice, LONG)  # the slot it was told of
+        for s in [again, *streams[1:]]:
+            s.cancel()
+        return told_while_full
+
+    assert asyncio.run(run()) == 0
+    _until(lambda: client.live_streams == 0)
+
+
+async def _until_async(condition) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
+
+
 def test_text_that_cannot_be_spoken_is_refused_and_the_stream_goes_on(client: EngineClient) -> None:
     async def run():
         stream = client.open_stream(await client.voice(speaker="ryan"), GREEDY)

@@ -106,6 +106,38 @@ def test_a_second_server_shares_the_engine_and_its_streams_end_with_it(remote: E
     assert remote.healthy
 
 
+def test_a_slot_freed_by_one_server_wakes_a_waiter_in_another(remote: EngineProcess) -> None:
+    """The engine process tells every server when it has room again (watch_slots), so a context
+    waiting in line in one worker (server/admission.py) gets a slot another worker let go of."""
+    from voicewire.server.admission import Admission
+    from voicewire.server.config import ServerConfig
+    from voicewire.server.metrics import Metrics
+
+    async def run(other: EngineProcess) -> float:
+        voice = await other.voice(speaker="ryan")
+        held = [other.open_stream(voice, StreamOptions()) for _ in range(3)]  # no text: no work
+        await asyncio.wait_for(_until_async(lambda: remote.live_streams == 3), 10)
+        admission = Admission(remote, ServerConfig(slot_wait_s=5.0), Metrics())
+        waiter = asyncio.create_task(admission.open_stream(await remote.voice(speaker="ryan"), GREEDY))
+        await asyncio.wait_for(_until_async(lambda: admission.waiting == 1), 10)
+        started = time.monotonic()
+        held[0].cancel()
+        stream = await asyncio.wait_for(waiter, 5)
+        admitted_after = time.monotonic() - started
+        for s in [stream, *held[1:]]:
+            s.cancel()
+        return admitted_after
+
+    with EngineProcess.connect(remote.address, remote.authkey) as other:
+        assert asyncio.run(run(other)) < 2.0
+    _until(lambda: remote.live_streams == 0, 10)
+
+
+async def _until_async(condition) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
+
+
 def test_a_wrong_key_is_refused(remote: EngineProcess) -> None:
     with pytest.raises(multiprocessing.AuthenticationError):
         EngineProcess.connect(remote.address, b"not the key")
