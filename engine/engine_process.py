@@ -47,7 +47,7 @@ from voicewire.engine.engine import Engine, EngineInfo, generation_options
 from voicewire.engine.errors import EngineError, EngineFull, StreamClosed, StreamFailed
 from voicewire.engine.gc_pauses import freeze_startup_heap
 from voicewire.engine.handle import StreamHandle, caller_loop
-from voicewire.engine.metrics import ProcessCpu
+from voicewire.engine.metrics import ProcessUsage
 from voicewire.engine.prompt import Voice
 from voicewire.engine.stream import AudioChunk, Stream, StreamResult
 from voicewire.engine.voices import VoiceCache
@@ -369,7 +369,7 @@ def _child_main(
         log.exception("the engine did not start")
         _write(owner, _StartFailed(f"{type(exc).__name__}: {exc}"))
         return
-    cpu = ProcessCpu("engine", engine.metrics.registry).start()
+    cpu = ProcessUsage("engine", engine.metrics.registry).start()
     try:
         threading.Thread(
             target=_accept_loop, args=(listener, engine, config), name="voicewire-accept", daemon=True

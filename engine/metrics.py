@@ -13,6 +13,7 @@ benchmarks report it.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 
@@ -117,35 +118,56 @@ class EngineMetrics:
 
 
 PROCESS_CPU = "voicewire_process_cpu_seconds"
+PROCESS_RSS = "voicewire_process_resident_bytes"
 
 
-class ProcessCpu:
-    """This process's CPU time, all threads, as a gauge labelled by role ("engine" or "server"),
-    set every `interval_s` by a daemon thread (so a reading may be that old) and on `stop`. Under
-    `voicewire serve` each process keeps its own value (multiprocess mode "all" adds its pid), which
-    prometheus-client's process collector does not do; `voicewire bench` turns two readings into
-    the cores each process used."""
+def _resident_bytes() -> float | None:
+    """This process's resident memory now (Linux's /proc; None elsewhere)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return float(int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError):
+        return None
+
+
+class ProcessUsage:
+    """This process's CPU time (all threads) and resident memory, as gauges labelled by role
+    ("engine" or "server"), set every `interval_s` by a daemon thread (so a reading may be that
+    old) and on `stop`. Under `voicewire serve` each process keeps its own values (multiprocess
+    mode "all" adds its pid), which prometheus-client's process collector does not do; `voicewire
+    bench` turns two CPU readings into the cores each process used, and scripts/soak.py and
+    scripts/fuzz.py watch the memory."""
 
     def __init__(self, role: str, registry: CollectorRegistry, interval_s: float = 0.5) -> None:
-        gauge = Gauge(
+        cpu = Gauge(
             PROCESS_CPU,
             "CPU time of this process, all its threads (user and system), by role",
             ["role"],
             registry=registry,
             multiprocess_mode="all",
         )
-        self._value = gauge.labels(role)
+        rss = Gauge(
+            PROCESS_RSS,
+            "Resident memory of this process, by role",
+            ["role"],
+            registry=registry,
+            multiprocess_mode="all",
+        )
+        self._cpu, self._rss = cpu.labels(role), rss.labels(role)
         self._interval_s = interval_s
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"voicewire-cpu-{role}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"voicewire-usage-{role}", daemon=True)
 
-    def start(self) -> ProcessCpu:
+    def start(self) -> ProcessUsage:
         self.sample()
         self._thread.start()
         return self
 
     def sample(self) -> None:
-        self._value.set(time.process_time())
+        self._cpu.set(time.process_time())
+        resident = _resident_bytes()
+        if resident is not None:
+            self._rss.set(resident)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -157,10 +179,19 @@ class ProcessCpu:
 
 
 def read_process_cpu(exposition: str) -> dict[tuple[str, str], float]:
-    """`ProcessCpu`'s values in a /metrics exposition, by (role, pid); the pid is "" for a server
-    in one process."""
+    """`ProcessUsage`'s CPU seconds in a /metrics exposition, by (role, pid); the pid is "" for a
+    server in one process."""
+    return _by_process(exposition, PROCESS_CPU)
+
+
+def read_process_rss(exposition: str) -> dict[tuple[str, str], float]:
+    """`ProcessUsage`'s resident bytes in a /metrics exposition, by (role, pid), as above."""
+    return _by_process(exposition, PROCESS_RSS)
+
+
+def _by_process(exposition: str, name: str) -> dict[tuple[str, str], float]:
     for family in text_string_to_metric_families(exposition):
-        if family.name == PROCESS_CPU:
+        if family.name == name:
             return {(s.labels["role"], s.labels.get("pid", "")): s.value for s in family.samples}
     return {}
 

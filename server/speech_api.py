@@ -7,12 +7,14 @@ Every client mistake is a 4xx with a stable code (http_errors.py).
 The speech endpoint takes the whole text at once and answers with 24 kHz 16-bit mono audio (at
 `speed` other than 1, time-stretched with the pitch kept: `tempo.py`), as
 `pcm` (raw) or `wav`, either streamed as it is generated (`stream: true`; the WAV header then
-declares an unknown length) or in one body.
+declares an unknown length) or in one body. `stream_format: "sse"` streams the same bytes as
+OpenAI's `speech.audio.delta` events instead, then `speech.audio.done` (speech_events.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 from collections.abc import AsyncIterator
 from typing import Annotated, Literal
@@ -27,6 +29,7 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    field_validator,
 )
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -34,9 +37,20 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from voicewire.engine import EngineError, EngineFull, StreamOptions, Voice
 from voicewire.engine.api import EngineClient
 from voicewire.engine.handle import StreamHandle
-from voicewire.engine.stream import SAMPLE_RATE
+from voicewire.engine.stream import SAMPLE_RATE, AudioChunk
+from voicewire.engine.text_tokenizer import TextTokenizer
+from voicewire.server.admission import Admission
 from voicewire.server.http_errors import HttpError, error_response
 from voicewire.server.metrics import Metrics
+from voicewire.server.speech_events import (
+    HEADERS,
+    MEDIA_TYPE,
+    SpeechAudioDelta,
+    SpeechAudioDone,
+    SpeechError,
+    SpeechUsage,
+    frame,
+)
 from voicewire.server.tempo import TimeStretch
 from voicewire.server.voices_api import (
     JSON_OVERHEAD,
@@ -64,8 +78,16 @@ class SpeechRequest(BaseModel):
     response_format: StrictStr = "wav"
     speed: Annotated[StrictFloat | StrictInt, Field(ge=0.25, le=4.0)] = 1.0
     stream: StrictBool = False
-    stream_format: Literal["audio"] = "audio"
+    stream_format: Literal["audio", "sse"] = "audio"  # sse: always streamed, whatever `stream` says
     seed: StrictInt | None = None
+
+    @field_validator("voice", mode="before")
+    @classmethod
+    def _voice_object(cls, value: object) -> object:
+        # OpenAI's SDK names a custom voice as {"id": "voice_..."}: here, the same as its id.
+        if isinstance(value, dict) and set(value) == {"id"}:
+            return value["id"]
+        return value
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
@@ -106,6 +128,23 @@ def _at_speed(pcm: np.ndarray, final: bool, tempo: TimeStretch | None) -> np.nda
     return pcm if tempo is None else tempo.process(pcm, final=final)
 
 
+@functools.lru_cache(maxsize=2)
+def _tokenizer(folder: str) -> TextTokenizer:
+    # Loaded on the first SSE request's usage, not at start: no other path needs it.
+    return TextTokenizer.from_folder(folder)
+
+
+def _count_tokens(folder: str, texts: list[str]) -> int:
+    tokenizer = _tokenizer(folder)
+    return sum(len(tokenizer.encode(text)) for text in texts)
+
+
+async def _after(first: AudioChunk, rest: AsyncIterator[AudioChunk]) -> AsyncIterator[AudioChunk]:
+    yield first
+    async for chunk in rest:
+        yield chunk
+
+
 def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibrary):
     # The largest body: a one-off ref_audio at the upload limit, in base64, and the text.
     body_limit = (library.config.max_upload_bytes + 2) // 3 * 4 + 4 * MAX_INPUT_CHARS + JSON_OVERHEAD
@@ -122,7 +161,8 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
             where = ".".join(str(p) for p in first["loc"]) or "body"
             return _error(400, f"{where}: {first['msg']}", "invalid_request")
         try:
-            response = await _speak(body, request.state.identity)
+            admission = Admission(engine, request.app.state.config, metrics)
+            response = await _speak(body, request.state.identity, admission)
         except HttpError as error:
             response = error.response()
         metrics.http_requests.labels(str(response.status_code)).inc()
@@ -168,7 +208,7 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
             )
         return await library.resolve(body.voice, identity, body.language)
 
-    async def _speak(body: SpeechRequest, identity: str) -> Response:
+    async def _speak(body: SpeechRequest, identity: str, admission: Admission) -> Response:
         if body.response_format not in MEDIA_TYPES:
             return _error(
                 400,
@@ -177,14 +217,17 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
             )
         voice = await _voice(body, identity)
         try:
-            stream = engine.open_stream(voice, StreamOptions(seed=body.seed))
+            # Waits in line for a slot when none is free (server/admission.py).
+            stream = await admission.open_stream(voice, StreamOptions(seed=body.seed))
         except EngineFull as exc:
-            return _error(503, exc.message, exc.code)
+            return _error(503, exc.message, exc.code)  # with Retry-After (http_errors.py)
         except EngineError as exc:
             return _error(400, exc.message, exc.code)
         stream.push_text(body.input)
         stream.end()
         tempo = TimeStretch(float(body.speed)) if body.speed != 1.0 else None
+        if body.stream_format == "sse":
+            return await _sse(body, stream, tempo)
         if body.stream:
             return StreamingResponse(
                 _chunks(stream, body.response_format, tempo), media_type=MEDIA_TYPES[body.response_format]
@@ -207,6 +250,47 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
                 if pcm.shape[0]:
                     yield _pcm16(pcm)
         finally:
+            if stream.result is None:  # the client went away: stop generating
+                stream.cancel()
+
+    async def _sse(body: SpeechRequest, stream: StreamHandle, tempo: TimeStretch | None) -> Response:
+        # The first chunk is awaited before the 200 goes out, so that a voice the engine refuses
+        # as the stream starts is a 4xx here too; a later failure can only end the event stream.
+        try:
+            first = await anext(stream)
+        except EngineError as exc:
+            return _error(CLIENT_CODES.get(exc.code, 500), exc.message, exc.code)
+        except BaseException:  # cancelled while waiting (the server stops): stop generating
+            stream.cancel()
+            raise
+        return StreamingResponse(_events(body, stream, first, tempo), media_type=MEDIA_TYPE, headers=HEADERS)
+
+    async def _events(
+        body: SpeechRequest, stream: StreamHandle, first: AudioChunk, tempo: TimeStretch | None
+    ) -> AsyncIterator[bytes]:
+        pending = wav_header(None) if body.response_format == "wav" else b""  # rides on the first audio
+        frames = 0
+        # Counted while the audio streams: the first request loads the tokenizer (about a second).
+        texts = [body.input] if body.instructions is None else [body.input, body.instructions]
+        counting = asyncio.ensure_future(asyncio.to_thread(_count_tokens, engine.info.folder, texts))
+        try:
+            async for chunk in _after(first, stream):
+                frames += chunk.frames
+                data = pending + _pcm16(_at_speed(chunk.pcm, chunk.final, tempo))
+                if data:
+                    yield frame(SpeechAudioDelta.of(data))
+                    pending = b""
+            if pending:
+                yield frame(SpeechAudioDelta.of(pending))
+            input_tokens = await counting
+            usage = SpeechUsage(
+                input_tokens=input_tokens, output_tokens=frames, total_tokens=input_tokens + frames
+            )
+            yield frame(SpeechAudioDone(usage=usage))
+        except EngineError as exc:
+            yield frame(SpeechError.of(CLIENT_CODES.get(exc.code, 500), exc.code, exc.message))
+        finally:
+            counting.cancel()
             if stream.result is None:  # the client went away: stop generating
                 stream.cancel()
 

@@ -24,7 +24,7 @@ from starlette.applications import Starlette
 
 from voicewire.engine.engine_process import EngineProcess
 from voicewire.engine.gc_pauses import freeze_startup_heap
-from voicewire.engine.metrics import ProcessCpu
+from voicewire.engine.metrics import ProcessUsage
 from voicewire.server.app import create_app
 from voicewire.server.config import LOG_FORMAT, ServerConfig
 
@@ -60,7 +60,7 @@ def serving_app(engine: EngineProcess, config: ServerConfig) -> Starlette:
     """The app of a process that serves sockets for `voicewire serve` (a worker, or `serve` itself
     with one): it reports its CPU time, and its start-up heap is frozen once it is built."""
     app = create_app(engine, config, close_engine=True)
-    ProcessCpu("server", app.state.metrics.registry).start()
+    ProcessUsage("server", app.state.metrics.registry).start()
     freeze_startup_heap()
     return app
 

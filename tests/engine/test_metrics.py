@@ -9,12 +9,13 @@ from voicewire.engine.metrics import (
     ENGINE_HISTOGRAMS,
     SUM,
     EngineMetrics,
-    ProcessCpu,
+    ProcessUsage,
     cores_used,
     histogram_quantile,
     histogram_report,
     read_histograms,
     read_process_cpu,
+    read_process_rss,
 )
 
 
@@ -49,7 +50,7 @@ def test_an_engines_own_histograms_read_as_a_scrape_reads_them() -> None:
 
 def test_process_cpu_follows_this_process_and_reads_back_as_cores() -> None:
     registry = CollectorRegistry()
-    cpu = ProcessCpu("engine", registry, interval_s=0.05).start()
+    cpu = ProcessUsage("engine", registry, interval_s=0.05).start()
     try:
         before = read_process_cpu(generate_latest(registry).decode())
         assert set(before) == {("engine", "")}  # one process: no pid label
@@ -70,3 +71,25 @@ def test_process_cpu_follows_this_process_and_reads_back_as_cores() -> None:
     after = {("engine", "7"): 30.0, ("server", "8"): 12.0, ("server", "9"): 16.0, ("server", "6"): 5.0}
     assert cores_used(before, after, 10.0) == {"engine": [2.0], "server": [1.6, 1.0]}
     assert cores_used(before, after, 0.0) == {"engine": [0.0], "server": [0.0, 0.0]}
+
+
+def test_process_memory_follows_this_process() -> None:
+    registry = CollectorRegistry()
+    usage = ProcessUsage("server", registry, interval_s=0.05).start()
+    try:
+        before = read_process_rss(generate_latest(registry).decode())[("server", "")]
+        held = bytearray(64 * 2**20)  # 64 MiB, touched
+        for i in range(0, len(held), 4096):
+            held[i] = 1
+        deadline = time.monotonic() + 10
+        while (
+            after := read_process_rss(generate_latest(registry).decode())[("server", "")]
+        ) < before + 60 * 2**20:
+            assert time.monotonic() < deadline, (before, after)
+            time.sleep(0.05)
+        del held
+    finally:
+        usage.stop()
+    with open("/proc/self/status") as status:  # the kernel's own figure, for scale
+        vm_rss = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+    assert 0.5 * vm_rss < read_process_rss(generate_latest(registry).decode())[("server", "")] <= 2 * vm_rss
