@@ -13,7 +13,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every server p
 
 
 # 0: a dead engine process stops the server; no waiting for a stream slot (engine_full at once).
-ZERO_ALLOWED = {"engine_restarts", "slot_wait_s", "slot_queue"}
+ZERO_ALLOWED = {"engine_restarts", "slot_wait_s", "slot_queue", "word_lag_frames"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,13 @@ class ServerConfig:
     # of turns starting together, short enough that a client can go elsewhere. 0: no waiting.
     slot_wait_s: float = 2.0
     slot_queue: int = 128
+    # Word timing (docs/protocol.md): a word starts this many 80 ms frames after the frame its first
+    # text token entered the talker. The talker speaks a token no earlier than the frame it is fed
+    # (the codec decoder is causal, with no lookahead), and its text track runs ahead of the voice:
+    # a segment starts with lookahead_tokens (default 3) tokens already in, all fed with its first
+    # frame, which sounds within a frame or two. 2 frames (160 ms) splits that; not measured on
+    # trained weights (the tiny checkpoint makes noise), so it is a setting.
+    word_lag_frames: int = 2
 
     @property
     def codec_thread_count(self) -> int:

@@ -62,6 +62,7 @@ class Start(_Message):
     layout: Literal["dual_track", "non_streaming"] = "dual_track"
     max_frames: Annotated[StrictInt, Field(ge=1)] | None = None
     suppress_eos: StrictBool = False  # benchmarks: ignore the model's end of speech (run to max_frames)
+    timestamps: Literal["words"] | None = None  # "words": send `words` messages (docs/protocol.md)
 
 
 class Text(_Message):
@@ -135,6 +136,20 @@ class Progress(_Message):
     pts: int  # output samples generated when it did
 
 
+class WordTiming(_Message):
+    text: str
+    start_char: int  # span in all text the client sent for the context, in characters
+    end_char: int
+    start: int  # output samples (pts units), approximate: see "Word timing" in docs/protocol.md
+    end: int  # the next word's start; the context's last sample for its last word
+
+
+class Words(_Message):
+    type: Literal["words"] = "words"
+    context_id: str
+    words: list[WordTiming]  # in order; each starts within the audio sent before this message
+
+
 class Flushed(_Message):
     type: Literal["flushed"] = "flushed"
     context_id: str
@@ -154,6 +169,8 @@ class Cancelled(_Message):
     context_id: str
     samples_generated: int  # output samples the engine made for the context
     samples_dropped: int  # of those, not sent
+    heard_samples: int  # the last played_samples the client reported (at most those sent), else those sent
+    heard_text: str | None = None  # word timing on: the text through the last word begun before heard_samples
 
 
 class Error(_Message):
@@ -169,4 +186,4 @@ class Pong(_Message):
     id: str | int | None = None
 
 
-ServerMessage = Ready | Audio | Progress | Flushed | Done | Cancelled | Error | Pong
+ServerMessage = Ready | Audio | Progress | Words | Flushed | Done | Cancelled | Error | Pong

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import time
 import uuid
@@ -27,7 +28,8 @@ from voicewire.engine.api import EngineClient
 from voicewire.engine.errors import StreamClosed
 from voicewire.engine.handle import StreamHandle, check_text
 from voicewire.engine.playback import SimulatedPlayer
-from voicewire.engine.stream import SAMPLE_RATE
+from voicewire.engine.stream import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk
+from voicewire.engine.text_tokenizer import TextTokenizer
 from voicewire.server import protocol as p
 from voicewire.server.admission import Admission
 from voicewire.server.config import ServerConfig
@@ -36,8 +38,16 @@ from voicewire.server.errors import ProtocolError, from_engine
 from voicewire.server.metrics import Metrics
 from voicewire.server.settings import SessionSettings, settings_from_start
 from voicewire.server.wire import REFUSED, UNPACED, Codec
+from voicewire.server.word_timing import Word, WordTimer, frame_pieces
 
 log = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=2)
+def _tokenizer(folder: str) -> TextTokenizer:
+    # Word timing re-encodes each chunk's text to split it among the chunk's frames; loaded on the
+    # first session that asks for it (about a second for a real checkpoint), off the event loop.
+    return TextTokenizer.from_folder(folder)
 
 
 class _FinishedIsClosed:
@@ -85,6 +95,8 @@ class Context:
     counted: bool = False  # in the contexts gauge (from its stream's opening until it finishes)
     player: SimulatedPlayer = field(default_factory=SimulatedPlayer)  # the listener's clock at the socket
     held: list[Callable[[StreamHandle], None]] = field(default_factory=list)  # requests while waiting
+    words: WordTimer | None = None  # word timing, when the session asked for it
+    played: int | None = None  # the last played_samples the client reported
 
     def push_text(self, text: str) -> None:
         if self.stream is None:
@@ -138,6 +150,7 @@ class Session:
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._admission = Admission(self.engine, self.config, self.metrics)
+        self._tokens: TextTokenizer | None = None  # word timing on
 
     def _fail(self, error: ProtocolError) -> None:
         """A fatal error: the session stops, says why, and closes."""
@@ -218,6 +231,7 @@ class Session:
             self._cancel(message.context_id)
         elif isinstance(message, p.Playback):
             context = self._context(message.context_id)
+            context.played = message.played_samples
             if message.underruns > context.underruns:
                 self.metrics.underruns.inc(message.underruns - context.underruns)
                 context.underruns = message.underruns
@@ -227,7 +241,17 @@ class Session:
             raise ProtocolError(
                 "already_started", "this session has started already; open a new socket to change it"
             )
-        self._settings = settings = await settings_from_start(message, self.engine)
+        if message.timestamps == "words" and message.layout == "non_streaming":
+            raise ProtocolError(
+                "invalid_options",
+                "timestamps words needs layout dual_track: non_streaming feeds the talker all text with "
+                "the prompt, so no frame tells when a word is spoken",
+            )
+        settings = await settings_from_start(message, self.engine)
+        if message.timestamps == "words":
+            loop = asyncio.get_running_loop()
+            self._tokens = await loop.run_in_executor(self.executor, _tokenizer, self.engine.info.folder)
+        self._settings = settings
         self.state = SessionState.STARTED
         fmt = settings.format
         self._emit(
@@ -281,6 +305,9 @@ class Session:
         except EngineError as exc:
             raise from_engine(exc, context_id) from None
         context = Context(context_id, stream, AudioEncoder(self._settings.format))
+        if self._tokens is not None:
+            lag = self.config.word_lag_frames * SAMPLES_PER_FRAME * self._settings.format.sample_rate
+            context.words = WordTimer(lag // SAMPLE_RATE)
         self.contexts[context_id] = context
         if stream is not None:
             self._count(context)
@@ -350,9 +377,14 @@ class Session:
         rate = context.encoder.format.sample_rate
         generated = samples_generated * rate // SAMPLE_RATE
         sent = context.encoder.sent_samples
+        heard = sent if context.played is None else min(context.played, sent)
         self._emit(
             p.Cancelled(
-                context_id=context.id, samples_generated=generated, samples_dropped=max(generated - sent, 0)
+                context_id=context.id,
+                samples_generated=generated,
+                samples_dropped=max(generated - sent, 0),
+                heard_samples=heard,
+                heard_text=None if context.words is None else context.words.heard(heard),
             )
         )
 
@@ -397,6 +429,8 @@ class Session:
                             pts=context.encoder.sent_samples,
                         )
                     )
+                if context.words is not None:
+                    self._time_words(context, context.words, chunk)
                 if chunk.flushed:
                     self._emit(p.Flushed(context_id=context.id, pts=context.encoder.sent_samples))
             if context.state is ContextState.CANCELLED:
@@ -405,6 +439,8 @@ class Session:
             context.state = ContextState.FINISHED
             self._uncount(context)
             samples = context.encoder.sent_samples
+            if context.words is not None:
+                self._send_words(context, context.words.finish(samples))
             wall = time.perf_counter() - context.opened_at
             self.metrics.speed.observe(samples / context.encoder.format.sample_rate / max(wall, 1e-6))
             self._emit(
@@ -423,6 +459,26 @@ class Session:
                 self._error(from_engine(exc, context.id))
         except _SlowConsumer:
             pass  # the session is stopping
+
+    def _time_words(self, context: Context, timer: WordTimer, chunk: AudioChunk) -> None:
+        """The chunk's text enters the timer frame by frame; the words whose start is now sent go out."""
+        if chunk.text:
+            assert self._tokens is not None
+            tokens = [
+                (token_id, start) for token_id, (start, _) in self._tokens.encode_with_offsets(chunk.text)
+            ]
+            pieces = frame_pieces(chunk.text, chunk.text_ids.tolist(), tokens)
+            rate = context.encoder.format.sample_rate
+            char = chunk.text_end - len(chunk.text)
+            for frame, piece in enumerate(pieces):
+                if piece:
+                    timer.enter(char, piece, (chunk.offset + frame * SAMPLES_PER_FRAME) * rate // SAMPLE_RATE)
+                    char += len(piece)
+        self._send_words(context, timer.take(context.encoder.sent_samples))
+
+    def _send_words(self, context: Context, words: list[Word]) -> None:
+        if words:
+            self._emit(p.Words(context_id=context.id, words=[p.WordTiming(**vars(w)) for w in words]))
 
     def _count(self, context: Context) -> None:
         context.counted = True
