@@ -64,6 +64,7 @@ class EngineInfo:
     languages: tuple[str, ...]
     generation_config: dict[str, Any]
     speaker_embedding_size: int  # the length of a Base checkpoint's x-vector
+    random_weights: bool = False  # the built-in tiny checkpoint: it makes noise, not words
 
     @classmethod
     def of(cls, model: Qwen3TTS) -> EngineInfo:
@@ -78,6 +79,7 @@ class EngineInfo:
             languages=tuple(supported_languages(model.talker)),
             generation_config=dict(model.generation_config),
             speaker_embedding_size=cfg.decoder.hidden_size,
+            random_weights=model.is_builtin_tiny,
         )
 
 

@@ -137,7 +137,12 @@ def create_app(
                 app.state.warming = asyncio.create_task(warm_up())
             return JSONResponse({"status": "warming up"}, status_code=503)
         return JSONResponse(
-            {"status": "ready", "model": engine.info.folder, "live_streams": engine.live_streams},
+            {
+                "status": "ready",
+                "model": engine.info.folder,
+                "random_weights": engine.info.random_weights,
+                "live_streams": engine.live_streams,
+            },
         )
 
     async def metrics_endpoint(request: Request) -> Response:

@@ -20,6 +20,8 @@ function act() { // any action of the user clears the last error
 }
 
 async function connect() {
+  const ready = await (await fetch('ready')).json();
+  $('banner').hidden = !ready.random_weights;
   const voices = await (await fetch('v1/voices')).json();
   for (const voice of voices.voices) $('voice').add(new Option(voice.id + (voice.dialect ? ` (${voice.dialect})` : ''), voice.id));
   for (const language of voices.languages) $('language').add(new Option(language, language));

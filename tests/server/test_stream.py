@@ -208,7 +208,12 @@ def test_audio_frames_are_not_deflated(server) -> None:
 def test_health_and_ready(server) -> None:
     for path, status in (("/health", "ok"), ("/ready", "ready")):
         with urllib.request.urlopen(server.http + path, timeout=10) as response:
-            assert response.status == 200 and json.loads(response.read())["status"] == status
+            body = json.loads(response.read())
+            assert response.status == 200 and body["status"] == status
+    # The demo page's banner: the vllm server runs `--model tiny`, the built-in random checkpoint;
+    # the others a checkpoint folder, which is not flagged (random as this one is).
+    builtin = not isinstance(server.engine, Engine | EngineProcess)
+    assert body["random_weights"] is builtin
 
 
 def test_an_idle_socket_is_closed(tiny_models) -> None:

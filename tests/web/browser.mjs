@@ -105,6 +105,10 @@ try {
   } else if (scenario === 'turns') {
     const status = () => page.evaluate(() => document.getElementById('status').textContent);
     result.favicon = await page.evaluate(async () => (await fetch('/favicon.ico')).status);
+    result.banner = await page.evaluate(() => {
+      const banner = document.getElementById('banner');
+      return banner.hidden ? null : banner.textContent.replace(/\s+/g, ' ').trim();
+    });
     // Text typed after Speak, while the turn still plays, is the next turn, not an error.
     await page.locator('#text').focus();
     await page.keyboard.insertText('First turn. ');

@@ -10,7 +10,7 @@ import pytest
 import soxr
 
 from tests.server.conftest import running_server
-from voicewire.engine.model import SynthesisRequest
+from voicewire.engine.model import Qwen3TTS, SynthesisRequest
 from voicewire.server.config import ServerConfig
 
 HERE = Path(__file__).parent
@@ -18,8 +18,9 @@ ARTIFACTS = Path(os.environ.get("VOICEWIRE_ARTIFACTS", HERE.parents[1] / "artifa
 
 
 @pytest.fixture(scope="module")
-def server(tiny_models):
-    with running_server(tiny_models["custom_voice"], ServerConfig()) as running:
+def server():
+    # The built-in tiny checkpoint, as `make serve` runs it (the demo page shows its banner).
+    with running_server(Qwen3TTS.load("tiny"), ServerConfig()) as running:
         yield running
 
 
@@ -56,7 +57,7 @@ def test_typing_streams_audio_before_the_text_is_finished(server) -> None:
     (ARTIFACTS / "latency.json").write_text(json.dumps({"latency_at_speaker_ms": stats["latencyMs"]}))
 
 
-def test_rendered_audio_is_the_servers_audio(server, tiny_models) -> None:
+def test_rendered_audio_is_the_servers_audio(server) -> None:
     # A known waveform through the real Opus path: the engine's greedy audio for a fixed text.
     text = "The quick brown fox jumps over the lazy dog."
     seen = _browse(server, "fidelity", FIDELITY_TEXT=text)
@@ -65,7 +66,7 @@ def test_rendered_audio_is_the_servers_audio(server, tiny_models) -> None:
     request = SynthesisRequest(
         text=text, speaker=seen["voice"], language="auto", layout="dual_track", greedy=True, max_frames=24
     )
-    source = soxr.resample(tiny_models["custom_voice"].synthesize(request).audio, 24000, 48000)
+    source = soxr.resample(server.engine.model.synthesize(request).audio, 24000, 48000)
     lags = range(-960, 961, 8)
     best = max(lags, key=lambda lag: np.dot(np.roll(rendered, lag), source))
     aligned = np.roll(rendered, best)
@@ -89,6 +90,9 @@ def test_barge_in_silences_within_50_ms(server) -> None:
 def test_the_demo_page_takes_turns_stops_and_explains(server) -> None:
     seen = _browse(server, "turns")
     assert seen["favicon"] == 200
+    assert seen["banner"].startswith(
+        "This server runs the built-in tiny checkpoint: its random weights make noise"
+    )
     assert seen["seen"]["dones"][:2] == ["turn-1", "turn-2"]  # the text typed after Speak: turn 2
     assert seen["seen"]["errors"] == ["unknown_type"]  # and no context_closed
     assert seen["statusAfterTurns"] == "connected (opus)"
