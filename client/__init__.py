@@ -98,6 +98,9 @@ class ClientContext:
         self.id = context_id
         self.done: dict[str, Any] | None = None  # the `done` or `cancelled` message
         self.progress: list[dict[str, Any]] = []
+        # With `timestamps="words"` in connect: each word's text, start_char, end_char, and start
+        # and end in samples (docs/protocol.md, "Word timing").
+        self.words: list[dict[str, Any]] = []
         self._audio: asyncio.Queue[np.ndarray | _Done | ServerError] = asyncio.Queue()
         self._decoder = (
             _OpusDecoder(client.sample_rate, client.ready["codec_delay"])
@@ -115,7 +118,15 @@ class ClientContext:
         await self.client.send({"type": "end", "context_id": self.id})
 
     async def cancel(self) -> None:
+        """Stop now; `done` then holds the `cancelled` message, whose `heard_text` (with word
+        timing) is the text spoken up to the last `played()` report."""
         await self.client.send({"type": "cancel", "context_id": self.id})
+
+    async def played(self, samples: int, underruns: int = 0) -> None:
+        """Tell the server how many samples of this context the listener has heard."""
+        await self.client.send(
+            {"type": "playback", "context_id": self.id, "played_samples": samples, "underruns": underruns}
+        )
 
     def _audio_message(self, message: dict[str, Any]) -> None:
         data, samples = message["data"], message["samples"]
@@ -223,6 +234,8 @@ class Client:
                     context._audio_message(message)
                 elif kind == "progress":
                     context.progress.append(message)
+                elif kind == "words":
+                    context.words.extend(message["words"])
                 elif kind in ("done", "cancelled"):
                     context.done = message
                     context._audio.put_nowait(_Done(message))

@@ -43,10 +43,11 @@ REPLIES: dict[str, type[BaseModel]] = {
     "cancelled": p.Cancelled,
     "error": p.Error,
     "pong": p.Pong,
+    "words": p.Words,
 }
 CONTEXT_IDS = ("a", "b", "c", "ctx-1")
 BAD_CONTEXT_IDS = ("", "x" * 65)
-VALID_START = {"type": "start", "voice": {"speaker": "aiden"}, "max_frames": 1}  # the tiny checkpoint's
+VALID_START = {"type": "start", "voice": {"speaker": "aiden"}, "max_frames": 1, "timestamps": "words"}
 
 
 def json_value(rng: random.Random, depth: int = 0) -> Any:
@@ -91,6 +92,7 @@ def message(rng: random.Random) -> Any:
                 [{}, {"encoding": rng.choice(["opus", "pcm_s16le", "mulaw", "mp3"])}, json_value(rng)]
             ),
             "max_frames": 1 if rng.random() < 0.9 else json_value(rng),
+            "timestamps": rng.choice([None, "words", json_value(rng)]),
         }
         if rng.random() < 0.3:
             msg["sampling"] = {"temperature": json_value(rng), "top_k": json_value(rng)}

@@ -9,8 +9,9 @@
 //   player.end();
 //   player.cancel();                // barge-in: silent within one render quantum
 //
-// Events (CustomEvent, details in `event.detail`): ready, audio, progress, underrun, done,
-// cancelled, error.
+// Events (CustomEvent, details in `event.detail`): ready, audio, progress, words (with
+// start(voice, { timestamps: 'words' })), underrun, done, cancelled (its heard_text: what the
+// listener heard, from the playback this player reports), error.
 import { decode, encode } from './msgpack.js';
 
 const RATE = 48000;
@@ -67,9 +68,9 @@ export class VoicewirePlayer extends EventTarget {
   }
 
   /** Configure the session (voice: {speaker, language, instruct}); resolves with `ready`. */
-  start(voice = {}, { sampling, buffering, maxFrames, bitrate } = {}) {
+  start(voice = {}, { sampling, buffering, maxFrames, bitrate, timestamps } = {}) {
     const format = this.opus ? { encoding: 'opus', sample_rate: RATE, bitrate } : { encoding: 'pcm_f32le', sample_rate: RATE };
-    const message = { type: 'start', voice, format, sampling, buffering, max_frames: maxFrames };
+    const message = { type: 'start', voice, format, sampling, buffering, max_frames: maxFrames, timestamps };
     return new Promise((resolve, reject) => {
       this.pending = { resolve, reject };
       this.send(message);
@@ -194,6 +195,9 @@ export class VoicewirePlayer extends EventTarget {
         break;
       case 'progress':
         this.emit('progress', message);
+        break;
+      case 'words': // with start({ timestamps: 'words' })
+        this.emit('words', message);
         break;
       case 'done':
         if (context === this.context) {

@@ -117,3 +117,37 @@ def test_ws_and_http_addresses_convert_both_ways() -> None:
 
     assert ws_url("http://h:1/") == "ws://h:1" and ws_url("wss://h") == "wss://h"
     assert http_url("wss://h:2") == "https://h:2" and http_url("http://h") == "http://h"
+
+
+def test_words_and_what_was_heard(server) -> None:
+    async def run():
+        client = await Client.connect(
+            server.url,
+            voice={"speaker": "ryan"},
+            timestamps="words",
+            sampling={"greedy": True},
+            max_frames=FRAMES,
+        )
+        async with client:
+            whole = client.context("whole")
+            await whole.push(TEXT)
+            await whole.end()
+            audio = await whole.read_all()
+            cut = client.context("cut")
+            await cut.push(TEXT)
+            first = await anext(aiter(cut))  # the first chunk, then: the listener heard all of it
+            await cut.played(first.shape[0])
+            await cut.cancel()
+            await cut.read_all()
+            return audio, whole, cut, first.shape[0]
+
+    audio, whole, cut, heard = asyncio.run(run())
+    words = whole.words
+    assert "".join(w["text"] for w in words) == TEXT.replace(" ", "")  # every word, once, in order
+    assert all(TEXT[w["start_char"] : w["end_char"]] == w["text"] for w in words)
+    assert [w["start"] for w in words] == sorted(w["start"] for w in words)
+    assert words[-1]["end"] == audio.shape[0] == whole.done["samples"]
+    assert cut.done["type"] == "cancelled" and cut.done["heard_samples"] == heard > 0
+    # The same greedy text: the words that started before the heard sample, as in the whole turn.
+    started = [w for w in words if w["start"] < heard]
+    assert cut.done["heard_text"] == (TEXT[: started[-1]["end_char"]] if started else "")
