@@ -1,4 +1,6 @@
-"""A 20-minute stream: the talker restarts many times, memory stays bounded, the audio stays seamless."""
+"""An 8-minute stream: the talker restarts many times, memory stays bounded, the audio stays seamless.
+(It ran 20 minutes until the suite outgrew its time budget: the bound is reached within the first
+minute, and each further minute only repeats the same restarts.)"""
 
 import asyncio
 import ctypes
@@ -12,7 +14,7 @@ from voicewire.engine.config import ChunkSchedule, EngineConfig, StreamOptions
 from voicewire.engine.engine import Engine
 from voicewire.engine.segments import SegmentPolicy
 
-MINUTES = 20
+MINUTES = 8
 FRAMES = MINUTES * 60 * 25 // 2  # 12.5 frames per second
 KV_LENGTH = 160
 
@@ -37,7 +39,7 @@ def _book() -> str:
     return " ".join(sentences[i % len(sentences)].format(n=i) for i in range(700))
 
 
-def test_twenty_minutes_in_bounded_memory_without_clicks(tiny_models) -> None:
+def test_minutes_of_speech_in_bounded_memory_without_clicks(tiny_models) -> None:
     model = tiny_models["custom_voice"]
     config = EngineConfig(
         max_streams=2,
@@ -56,26 +58,26 @@ def test_twenty_minutes_in_bounded_memory_without_clicks(tiny_models) -> None:
             stream.end()
             chunks, positions = [], []
             stored = 0  # bytes this test keeps, to tell its own growth from the engine's
-            after_two_minutes = None
+            after_a_tenth = None
             async for chunk in stream:
                 chunks.append(chunk)
                 stored += chunk.pcm.nbytes + chunk.codes.nbytes + chunk.text_ids.nbytes
                 positions.append(int(engine.scheduler.stepper.pos.max()))
-                if after_two_minutes is None and chunk.offset // 1920 >= FRAMES // 10:
-                    after_two_minutes = _rss_mb() - stored / 2**20
+                if after_a_tenth is None and chunk.offset // 1920 >= FRAMES // 10:
+                    after_a_tenth = _rss_mb() - stored / 2**20
             result = await stream.wait()
-            return chunks, positions, (after_two_minutes, _rss_mb() - stored / 2**20), result
+            return chunks, positions, (after_a_tenth, _rss_mb() - stored / 2**20), result
 
     chunks, positions, rss, result = asyncio.run(listen())
     codes = np.concatenate([c.codes for c in chunks])
     text_ids = np.concatenate([c.text_ids for c in chunks])
     audio = np.concatenate([c.pcm for c in chunks])
     assert result.reason == "max_frames" and codes.shape == (FRAMES, 16) and audio.shape == (FRAMES * 1920,)
-    assert int((text_ids == model.text_ids.tts_eos).sum()) > 80  # the talker restarted, many times
+    assert int((text_ids == model.text_ids.tts_eos).sum()) > 4 * MINUTES  # the talker restarted, many times
     assert max(positions) <= KV_LENGTH  # the KV cache never held more than its bound
-    after_two_minutes, at_the_end = rss
-    growth = at_the_end - after_two_minutes
-    assert growth < 16, f"the engine grew by {growth:.0f} MB between minute 2 and minute {MINUTES}"
+    after_a_tenth, at_the_end = rss
+    growth = at_the_end - after_a_tenth
+    assert growth < 16, f"the engine grew by {growth:.0f} MB between {MINUTES / 10:g} and {MINUTES} minutes"
 
     # The decoder never restarts: the streamed audio equals one continuous decode of all the codes,
     # so the talker's restarts leave no seam in it.
