@@ -253,17 +253,20 @@ def run_session(
     return report
 
 
-def _get(url: str) -> tuple[int, str]:
+def http_get(url: str) -> tuple[int, str]:
+    """Status and body of a GET; 0 and the reason when the server cannot be reached."""
     try:
         with urllib.request.urlopen(url, timeout=10) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, ""
+    except OSError as exc:
+        return 0, str(exc)
 
 
 def _rss(http: str) -> dict[str, float]:
     """Each server process's resident memory in MB, by role:pid, from /metrics."""
-    status, body = _get(f"{http}/metrics")
+    status, body = http_get(f"{http}/metrics")
     if status != 200:
         return {}
     return {
@@ -303,7 +306,7 @@ def main() -> int:
         for code, count in report.errors.items():
             total.errors[code] = total.errors.get(code, 0) + count
         total.problems += report.problems
-        status, _ = _get(f"{http}/ready")
+        status, _ = http_get(f"{http}/ready")
         if status >= 500:
             total.problems.append(f"/ready answered {status} after session {total.sessions}")
     print(

@@ -21,12 +21,11 @@ import json
 import random
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import msgpack
+from fuzz import http_get  # scripts/fuzz.py: run as a script, this folder is on the path
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -34,16 +33,6 @@ from voicewire.client import http_url
 from voicewire.engine.metrics import read_process_rss
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven bright stars hum softly tonight".split()
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, ""
-    except OSError as exc:
-        return 0, str(exc)
 
 
 class Soak:
@@ -118,10 +107,10 @@ async def _sample(
     started = time.monotonic()
     while time.monotonic() < until:
         at = round(time.monotonic() - started, 1)
-        status, body = await asyncio.to_thread(_get, f"{http}/metrics")
+        status, body = await asyncio.to_thread(http_get, f"{http}/metrics")
         for (role, pid), rss in read_process_rss(body).items() if status == 200 else ():
             timeline.setdefault(f"{role}:{pid}", []).append((at, round(rss / 2**20, 1)))
-        ready, _ = await asyncio.to_thread(_get, f"{http}/ready")
+        ready, _ = await asyncio.to_thread(http_get, f"{http}/ready")
         if ready != 200:
             failures.append(f"/ready answered {ready} at {at} s")
         await asyncio.sleep(every)
