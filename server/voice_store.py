@@ -19,6 +19,7 @@ import os
 import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +164,21 @@ _COLUMNS = (
 )
 
 
+def _with_retries(step: Callable[[], object], timeout_s: float = 10.0) -> None:
+    """Run `step`, again while the database is locked. Switching a new file to WAL needs it alone,
+    and SQLite answers a second connection doing the same at that moment (two server workers
+    opening the library together) with "database is locked" at once, not after its busy timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            step()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 class VoiceStore:
     """Voices in `folder`/voices.sqlite3, created on first use."""
 
@@ -176,7 +192,7 @@ class VoiceStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE in `with db`).
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10.0)
-            db.execute("PRAGMA journal_mode = WAL")
+            _with_retries(lambda: db.execute("PRAGMA journal_mode = WAL"))
             db.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints, never corrupt
             migrate(db)
             self._db = db

@@ -204,7 +204,14 @@ def test_no_slot_in_time_is_a_non_fatal_engine_full_and_cancel_leaves_the_line(s
     assert error["type"] == "error" and error["code"] == "engine_full" and error["context_id"] == "b"
     assert not error["fatal"] and "stayed in use for 1 s" in error["message"]
     assert waited < WAIT_S + 1.0
-    assert cancelled == {"type": "cancelled", "context_id": "c", "samples_generated": 0, "samples_dropped": 0}
+    assert cancelled == {
+        "type": "cancelled",
+        "context_id": "c",
+        "samples_generated": 0,
+        "samples_dropped": 0,
+        "heard_samples": 0,
+        "heard_text": None,  # no word timing on this socket
+    }
     assert pong == {"type": "pong", "id": 2} and _slot_queue(server) == 0
 
 

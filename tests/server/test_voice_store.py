@@ -137,3 +137,28 @@ def test_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert VoiceLibraryConfig.from_env(tmp_path / "flag").data_dir == tmp_path / "flag"
     monkeypatch.setenv("VOICEWIRE_MAX_VOICES_PER_KEY", "7")
     assert VoiceLibraryConfig.from_env().max_voices_per_key == 7
+
+
+def test_two_stores_opening_a_new_library_at_once(tmp_path: Path) -> None:
+    """Two workers opening the library together: switching a new file to WAL is retried while the
+    other holds it (before, about one pair in seven failed with "database is locked")."""
+    failures: list[BaseException] = []
+    for n in range(100):
+        stores = [VoiceStore(tmp_path / str(n)), VoiceStore(tmp_path / str(n))]
+        together = threading.Barrier(2)
+
+        def open_one(store: VoiceStore, together: threading.Barrier) -> None:
+            together.wait()
+            try:
+                assert store.count() == 0
+            except BaseException as exc:  # collected for the assertion below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=open_one, args=(store, together)) for store in stores]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for store in stores:
+            store.close()
+    assert failures == []
