@@ -8,6 +8,7 @@ present, and tokenizer_config.json's added tokens are honoured beside it.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -283,3 +284,10 @@ def write_tiny_tokenizer(folder: str | Path, vocab_size: int = 512) -> None:
     }
     with open(folder / "tokenizer_config.json", "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=4)
+def cached_tokenizer(folder: str) -> TextTokenizer:
+    """The checkpoint's tokenizer, loaded once per process (about a second for a real checkpoint)
+    for the server's own uses beside the engine: word timing and speech usage counts."""
+    return TextTokenizer.from_folder(folder)

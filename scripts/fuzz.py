@@ -21,6 +21,7 @@ import string
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,17 +185,7 @@ class _Session:
             if self.binary
             else json.dumps({"type": "ping", "id": token})
         )
-        deadline = time.monotonic() + self.hang_s
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no pong within {self.hang_s} s (after {sent[-3:]!r})")
-            try:
-                reply = self.check(self.ws.recv(timeout=left), sent)
-            except TimeoutError:
-                continue
-            if reply["type"] == "pong" and reply["id"] == token:
-                return
+        self.read_until(lambda reply: reply["type"] == "pong" and reply["id"] == token, "a pong", sent)
 
     def finish(self, sent: list[Any]) -> None:
         """`end` for every context id: each must come to an end (done, cancelled or an error)."""
@@ -202,17 +193,27 @@ class _Session:
             end = {"type": "end", "context_id": cid}
             self.ws.send(msgpack.packb(end) if self.binary else json.dumps(end))
         pending = set(CONTEXT_IDS)
+
+        def ended(reply: dict[str, Any]) -> bool:
+            if reply["type"] in ("done", "cancelled", "error"):
+                pending.discard(reply.get("context_id"))
+            return not pending
+
+        self.read_until(ended, "the end of every context", sent)
+
+    def read_until(self, wanted: Callable[[dict[str, Any]], bool], what: str, sent: list[Any]) -> None:
+        """Check every reply until `wanted(reply)`; a hang if that takes over `hang_s`."""
         deadline = time.monotonic() + self.hang_s
-        while pending:
+        while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"contexts {sorted(pending)} did not end within {self.hang_s} s")
+                raise AssertionError(f"no {what} within {self.hang_s} s (after {sent[-3:]!r})")
             try:
                 reply = self.check(self.ws.recv(timeout=left), sent)
             except TimeoutError:
                 continue
-            if reply["type"] in ("done", "cancelled", "error"):
-                pending.discard(reply.get("context_id"))
+            if wanted(reply):
+                return
 
 
 def run_session(

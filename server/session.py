@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import functools
 import logging
 import time
 import uuid
@@ -29,7 +28,7 @@ from voicewire.engine.errors import StreamClosed
 from voicewire.engine.handle import StreamHandle, check_text
 from voicewire.engine.playback import SimulatedPlayer
 from voicewire.engine.stream import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk
-from voicewire.engine.text_tokenizer import TextTokenizer
+from voicewire.engine.text_tokenizer import TextTokenizer, cached_tokenizer
 from voicewire.server import protocol as p
 from voicewire.server.admission import Admission
 from voicewire.server.config import ServerConfig
@@ -44,15 +43,8 @@ log = logging.getLogger(__name__)
 
 # Finished contexts a socket remembers (for context_closed, late playback reports, cancel's
 # answer). A voice agent keeps one socket for a whole call, a context per turn: kept forever,
-# each turn's encoder, resampler and stream stayed, and a 10-minute soak grew a server by 20%.
+# each turn's encoder, resampler and stream would stay for the call's life.
 KEEP_FINISHED = 64
-
-
-@functools.lru_cache(maxsize=2)
-def _tokenizer(folder: str) -> TextTokenizer:
-    # Word timing re-encodes each chunk's text to split it among the chunk's frames; loaded on the
-    # first session that asks for it (about a second for a real checkpoint), off the event loop.
-    return TextTokenizer.from_folder(folder)
 
 
 class _FinishedIsClosed:
@@ -255,7 +247,9 @@ class Session:
         settings = await settings_from_start(message, self.engine)
         if message.timestamps == "words":
             loop = asyncio.get_running_loop()
-            self._tokens = await loop.run_in_executor(self.executor, _tokenizer, self.engine.info.folder)
+            self._tokens = await loop.run_in_executor(
+                self.executor, cached_tokenizer, self.engine.info.folder
+            )
         self._settings = settings
         self.state = SessionState.STARTED
         fmt = settings.format

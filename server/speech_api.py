@@ -14,7 +14,6 @@ OpenAI's `speech.audio.delta` events instead, then `speech.audio.done` (speech_e
 from __future__ import annotations
 
 import asyncio
-import functools
 import struct
 from collections.abc import AsyncIterator
 from typing import Annotated, Literal
@@ -38,7 +37,7 @@ from voicewire.engine import EngineError, EngineFull, StreamOptions, Voice
 from voicewire.engine.api import EngineClient
 from voicewire.engine.handle import StreamHandle
 from voicewire.engine.stream import SAMPLE_RATE, AudioChunk
-from voicewire.engine.text_tokenizer import TextTokenizer
+from voicewire.engine.text_tokenizer import cached_tokenizer
 from voicewire.server.admission import Admission
 from voicewire.server.http_errors import HttpError, error_response
 from voicewire.server.metrics import Metrics
@@ -128,14 +127,8 @@ def _at_speed(pcm: np.ndarray, final: bool, tempo: TimeStretch | None) -> np.nda
     return pcm if tempo is None else tempo.process(pcm, final=final)
 
 
-@functools.lru_cache(maxsize=2)
-def _tokenizer(folder: str) -> TextTokenizer:
-    # Loaded on the first SSE request's usage, not at start: no other path needs it.
-    return TextTokenizer.from_folder(folder)
-
-
 def _count_tokens(folder: str, texts: list[str]) -> int:
-    tokenizer = _tokenizer(folder)
+    tokenizer = cached_tokenizer(folder)
     return sum(len(tokenizer.encode(text)) for text in texts)
 
 
