@@ -233,15 +233,22 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
         return Response(header + pcm, media_type=MEDIA_TYPES[body.response_format])
 
     async def _chunks(
-        stream: StreamHandle, response_format: str, tempo: TimeStretch | None
+        stream: StreamHandle,
+        response_format: str,
+        tempo: TimeStretch | None,
+        chunks: AsyncIterator[AudioChunk] | None = None,
     ) -> AsyncIterator[bytes]:
-        if response_format == "wav":
-            yield wav_header(None)
+        """The response's bytes as they are made, from `chunks` (default: the stream's); a WAV
+        header rides on the first audio."""
+        pending = wav_header(None) if response_format == "wav" else b""
         try:
-            async for chunk in stream:
-                pcm = _at_speed(chunk.pcm, chunk.final, tempo)
-                if pcm.shape[0]:
-                    yield _pcm16(pcm)
+            async for chunk in chunks or stream:
+                data = pending + _pcm16(_at_speed(chunk.pcm, chunk.final, tempo))
+                if data:
+                    yield data
+                    pending = b""
+            if pending:
+                yield pending
         finally:
             if stream.result is None:  # the client went away: stop generating
                 stream.cancel()
@@ -261,20 +268,14 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
     async def _events(
         body: SpeechRequest, stream: StreamHandle, first: AudioChunk, tempo: TimeStretch | None
     ) -> AsyncIterator[bytes]:
-        pending = wav_header(None) if body.response_format == "wav" else b""  # rides on the first audio
-        frames = 0
         # Counted while the audio streams: the first request loads the tokenizer (about a second).
         texts = [body.input] if body.instructions is None else [body.input, body.instructions]
         counting = asyncio.ensure_future(asyncio.to_thread(_count_tokens, engine.info.folder, texts))
         try:
-            async for chunk in _after(first, stream):
-                frames += chunk.frames
-                data = pending + _pcm16(_at_speed(chunk.pcm, chunk.final, tempo))
-                if data:
-                    yield frame(SpeechAudioDelta.of(data))
-                    pending = b""
-            if pending:
-                yield frame(SpeechAudioDelta.of(pending))
+            async for data in _chunks(stream, body.response_format, tempo, _after(first, stream)):
+                yield frame(SpeechAudioDelta.of(data))
+            assert stream.result is not None  # the stream ran out: it has finished
+            frames = stream.result.frames
             input_tokens = await counting
             usage = SpeechUsage(
                 input_tokens=input_tokens, output_tokens=frames, total_tokens=input_tokens + frames
