@@ -503,10 +503,13 @@ class EngineProcess:
         self._slot_watchers: list[Callable[[], None]] = []
         self._attach(conn)
 
-    def _attach(self, conn: Connection) -> None:
-        """Take a fresh connection's greeting and start reading it."""
+    def _attach(self, conn: Connection, again: bool = False) -> None:
+        """Take a fresh connection's greeting and start reading it; `again` counts a restart or a
+        rejoin, before `healthy` turns true, so a caller who sees it healthy sees the count too."""
         first = _read(conn)
         assert isinstance(first, _Ready), first
+        if again:
+            self.restarts += 1
         self.info = first.info
         self.config: EngineConfig = first.config
         self._conn = conn
@@ -715,8 +718,7 @@ class EngineProcess:
             with contextlib.suppress(OSError):
                 _write(control, _Close())
             return
-        self._attach(conn)
-        self.restarts += 1
+        self._attach(conn, again=True)
         log.info("engine process %d ready again", process.pid)
 
     def _rejoin(self) -> None:
@@ -730,8 +732,11 @@ class EngineProcess:
                 conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
             except (OSError, EOFError, multiprocessing.AuthenticationError):
                 continue  # not listening yet
-            self._attach(conn)
-            self.restarts += 1
+            try:
+                self._attach(conn, again=True)
+            except (OSError, EOFError):  # it died before its greeting: wait for the next one
+                conn.close()
+                continue
             log.info("joined the engine process again")
             return
         if not self._closing:
