@@ -23,7 +23,6 @@ from urllib.parse import quote
 
 import msgpack
 import numpy as np
-import opuslib
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
@@ -72,6 +71,8 @@ class _OpusDecoder:
     """Raw packets -> float32 samples, minus the pre-skip, up to the reported count."""
 
     def __init__(self, rate: int, pre_skip: int) -> None:
+        import opuslib  # here: loading it needs the system's libopus, which PCM sessions do without
+
         self._decoder = opuslib.Decoder(rate, 1)
         self._packet = rate // 50
         self._skip = pre_skip

@@ -8,9 +8,9 @@ cd "$(dirname "$0")/.."
 venv=${1:-.venv}
 tree=.cache/typecheck
 mkdir -p "$tree/voicewire"
-for part in engine server client; do ln -sfn "$PWD/$part" "$tree/voicewire/$part"; done
+for part in engine server client integrations; do ln -sfn "$PWD/$part" "$tree/voicewire/$part"; done
 MYPYPATH="$tree" "$venv/bin/mypy" --config-file pyproject.toml \
-  -p voicewire.server -p voicewire.client \
+  -p voicewire.server -p voicewire.client -p voicewire.integrations \
   -m voicewire.engine -m voicewire.engine.api -m voicewire.engine.handle -m voicewire.engine.voices \
   -m voicewire.engine.backend -m voicewire.engine.engine -m voicewire.engine.engine_process \
   -m voicewire.engine.stream -m voicewire.engine.scheduler -m voicewire.engine.vllm.scheduler

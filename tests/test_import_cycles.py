@@ -6,7 +6,12 @@ import graphlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = {"engine": "voicewire.engine", "server": "voicewire.server", "client": "voicewire.client"}
+PACKAGES = {
+    "engine": "voicewire.engine",
+    "server": "voicewire.server",
+    "client": "voicewire.client",
+    "integrations": "voicewire.integrations",
+}
 
 
 def modules(root: Path, packages: dict[str, str]) -> dict[str, Path]:

@@ -2,58 +2,26 @@
 voice library: every voice listed is whole and speaks, and the database passes its integrity check."""
 
 import base64
-import contextlib
 import os
 import signal
-import socket
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
 import numpy as np
 
+from tests.serve import voicewire_serve
 from tests.server.test_voices_api import REFERENCE, _reference, _speak_on_socket
-
-
-@contextlib.contextmanager
-def _serve(checkpoint: Path, data: Path, log: Path) -> Iterator[tuple[subprocess.Popen, str]]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [str(Path(sys.executable).parent / "voicewire"), "serve", "--model", str(checkpoint)]
-    command += ["--port", str(port), "--data-dir", str(data)]
-    with open(log, "a") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    http = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert process.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the server did not become ready"
-            with contextlib.suppress(OSError, httpx.HTTPError):
-                if httpx.get(http + "/ready", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.3)
-        yield process, http
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
 
 
 def test_sigkill_during_uploads_leaves_a_consistent_library(tiny_checkpoints, tmp_path: Path) -> None:
     data, log = tmp_path / "data", tmp_path / "serve.log"
-    with _serve(tiny_checkpoints["base"], data, log) as (process, http):
+    serve = ("--model", str(tiny_checkpoints["base"]), "--data-dir", str(data))
+    with voicewire_serve(*serve, log=log) as served:
+        process, http = served.process, served.http
         first = httpx.post(
             f"{http}/v1/voices",
             json={"name": "before", "audio": base64.b64encode(REFERENCE).decode()},
@@ -85,7 +53,8 @@ def test_sigkill_during_uploads_leaves_a_consistent_library(tiny_checkpoints, tm
     db = sqlite3.connect(data / "voices.sqlite3")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     db.close()
-    with _serve(tiny_checkpoints["base"], data, log) as (_, http):
+    with voicewire_serve(*serve, log=log) as served:
+        http = served.http
         stored = httpx.get(f"{http}/v1/voices", timeout=10).json()["stored"]
         assert first.json()["id"] in {v["id"] for v in stored}
         assert sum(r == 201 for r in results) <= len(stored) - 1  # every acknowledged upload is there
