@@ -7,8 +7,14 @@ framework's sample rate, one context per turn, with word timing on.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import msgpack
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
 
 from voicewire.client import MSGPACK, ws_url
 
@@ -17,7 +23,9 @@ __all__ = [
     "PCM_RATES",
     "Sampling",
     "VoicewireError",
+    "closed_error",
     "connect_headers",
+    "handshake",
     "start_message",
     "stream_url",
 ]
@@ -35,6 +43,34 @@ PERMANENT = frozenset(
         "invalid_message",
     }
 )
+
+
+# Frameworks name languages by BCP 47 code ("en", "en-US", "zh-CN"); Qwen3-TTS by English name.
+LANGUAGE_NAMES = {
+    "zh": "chinese",
+    "en": "english",
+    "de": "german",
+    "it": "italian",
+    "pt": "portuguese",
+    "es": "spanish",
+    "ja": "japanese",
+    "ko": "korean",
+    "fr": "french",
+    "ru": "russian",
+}
+
+
+def language_name(language: str | None) -> str | None:
+    """A framework's language as the server names it: a BCP 47 code by its primary subtag ("en-US"
+    is "english"); anything else as given, lower-cased ("English", "auto"), for the server to check."""
+    if not language:
+        return None
+    lowered = language.lower()
+    return LANGUAGE_NAMES.get(lowered.replace("_", "-").split("-")[0], lowered)
+
+
+# A refused socket's close code, for when the refusal's `error` message was not read.
+CLOSE_CODES = {4401: "unauthorized", 4403: "forbidden_origin", 4429: "too_many_sessions"}
 
 
 @dataclass(frozen=True)
@@ -89,8 +125,9 @@ def start_message(
     if not voice:
         raise ValueError("voice is a speaker name or a stored voice id (voice_...)")
     spec: dict[str, Any] = {"id": voice} if voice.startswith("voice_") else {"speaker": voice}
-    if language:
-        spec["language"] = language
+    name = language_name(language)
+    if name:
+        spec["language"] = name
     message: dict[str, Any] = {
         "type": "start",
         "voice": spec,
@@ -100,3 +137,28 @@ def start_message(
     if sampling is not None:
         message["sampling"] = sampling.as_message()
     return message
+
+
+def closed_error(closed: ConnectionClosed) -> VoicewireError:
+    """A closed socket as an error: the refusal its close code names, or `closed`."""
+    code = closed.rcvd.code if closed.rcvd is not None else 0
+    reason = closed.rcvd.reason if closed.rcvd is not None else ""
+    return VoicewireError(
+        CLOSE_CODES.get(code, "closed"), reason or f"the server closed the socket ({closed})"
+    )
+
+
+async def handshake(websocket: ClientConnection, start: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Send `start` on a new socket and return the server's `ready`. Raises VoicewireError for a
+    refusal: its `error` message or, if the socket closed before that was read, its close code
+    (a wrong key is refused as soon as the socket opens, so `start` may meet a closed socket);
+    TimeoutError when no answer comes in `timeout` seconds."""
+    with contextlib.suppress(ConnectionClosed):  # the refusal is read below
+        await websocket.send(msgpack.packb(start))
+    try:
+        reply = msgpack.unpackb(await asyncio.wait_for(websocket.recv(), timeout))
+    except ConnectionClosed as exc:
+        raise closed_error(exc) from None
+    if reply.get("type") != "ready":
+        raise VoicewireError.from_message(reply)
+    return reply

@@ -41,7 +41,9 @@ from voicewire.integrations.common import (
     MSGPACK,
     Sampling,
     VoicewireError,
+    closed_error,
     connect_headers,
+    handshake,
     start_message,
     stream_url,
 )
@@ -51,9 +53,6 @@ __all__ = ["TTS", "ChunkedStream", "Sampling", "SynthesizeStream"]
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 30.0  # `ready` waits for the voice (a stored one is loaded from the library)
-# The fatal refusals' close codes (docs/protocol.md, "Errors"), for a socket closed before its
-# `error` could be read.
-_CLOSE_CODES = {4401: "unauthorized", 4403: "forbidden_origin", 4429: "too_many_sessions"}
 # How LiveKit reads a server error: APIStatusError retries 5xx, 408 and 429, never another 4xx.
 _STATUS = {"unauthorized": 401, "forbidden_origin": 403, "too_many_sessions": 429, "engine_full": 503}
 # Turn errors that a retry, which sends the same text again, would meet again.
@@ -75,11 +74,10 @@ def _api_error(error: VoicewireError) -> APIStatusError:
 
 
 def _closed_error(closed: ConnectionClosed) -> APIError:
-    code = closed.rcvd.code if closed.rcvd is not None else None
-    reason = closed.rcvd.reason if closed.rcvd is not None else ""
-    if code in _CLOSE_CODES:
-        return _api_error(VoicewireError(_CLOSE_CODES[code], reason or f"closed with {code}"))
-    return APIConnectionError(f"voicewire closed the connection ({code} {reason})".rstrip())
+    error = closed_error(closed)
+    if error.code != "closed":  # a refusal whose error message was not read
+        return _api_error(error)
+    return APIConnectionError(f"voicewire closed the connection: {error.message}")
 
 
 class _Context:
@@ -178,20 +176,13 @@ class _Socket:
         except (OSError, InvalidHandshake) as exc:
             raise APIConnectionError(f"cannot reach voicewire at {url}") from exc
         try:
-            # A refused key is answered at once (error, then close 4401) whatever is sent.
-            try:
-                await ws.send(msgpack.packb(start))
-            except ConnectionClosed:
-                pass
-            ready = msgpack.unpackb(await asyncio.wait_for(ws.recv(), READY_TIMEOUT_S))
-        except ConnectionClosed as closed:
-            raise _closed_error(closed) from None
+            ready = await handshake(ws, start, READY_TIMEOUT_S)
+        except VoicewireError as error:
+            await ws.close()
+            raise _api_error(error) if error.code != "closed" else APIConnectionError(str(error)) from None
         except (TimeoutError, asyncio.TimeoutError):
             await ws.close()
             raise APITimeoutError(f"voicewire sent no ready in {READY_TIMEOUT_S:g} s") from None
-        if ready["type"] != "ready":
-            await ws.close()
-            raise _api_error(VoicewireError.from_message(ready))
         logger.debug("voicewire session %s open", ready["session_id"])
         return cls(ws, ready)
 
