@@ -30,6 +30,7 @@ KEY = "pipecat-test-key"
 # 0.5 s a text token. Short texts keep the turns short.
 SENTENCES = ["Hello there. ", "How are you?"]
 TOKENS = ["Hel", "lo ", "there, ", "fri", "end."]
+CHINESE = ["你好，", "朋友。"]  # a word a character: Pipecat joins these without spaces
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +88,14 @@ def _check_words(turn: dict, text: str, samples: int) -> None:
         assert abs((pts - times[0]) - offset) < 1e6  # within a millisecond
 
 
-@pytest.mark.parametrize("tokens", [False, True], ids=["sentences", "tokens"])
-def test_a_turn_plays_the_sockets_audio_with_word_timing(pipecat_python, server, tmp_path, tokens) -> None:
-    pieces = TOKENS if tokens else SENTENCES
+@pytest.mark.parametrize(
+    ("pieces", "tokens"),
+    [(SENTENCES, False), (TOKENS, True), (CHINESE, True)],
+    ids=["sentences", "tokens", "chinese"],
+)
+def test_a_turn_plays_the_sockets_audio_with_word_timing(
+    pipecat_python, server, tmp_path, pieces, tokens
+) -> None:
     config = {"url": server.url, "api_key": KEY, "voice": "ryan", "seed": SEED, "sample_rate": RATE}
     config["tokens"] = tokens
     (turn,) = _drive(pipecat_python, {**config, "turns": [{"pieces": pieces}]}, tmp_path)
