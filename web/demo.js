@@ -35,6 +35,7 @@ async function restart() {
   window.voicewire = player; // for the browser tests
   await player.connect(wsUrl, { format: params.get('format') || 'auto', token: params.get('token') });
   player.addEventListener('progress', ({ detail }) => { $('progress').textContent += detail.text; });
+  player.addEventListener('cancelled', ({ detail }) => showHeard(detail));
   player.addEventListener('error', ({ detail }) => fail(detail.message || detail.code));
   player.addEventListener('close', ({ detail }) => {
     if (player === me) fail(`the server closed the connection (${detail.reason || `code ${detail.code}`})`);
@@ -50,6 +51,7 @@ async function restart() {
     sampling: params.has('greedy') ? { greedy: true } : undefined,
     maxFrames: params.has('maxFrames') ? Number(params.get('maxFrames')) : undefined,
     bitrate: params.has('bitrate') ? Number(params.get('bitrate')) : undefined,
+    timestamps: 'words', // for what the listener heard when they barge in
   };
   await player.start({ speaker: $('voice').value || undefined, language: $('language').value || 'auto' }, options);
   $('status').textContent = `connected (${player.stats().codec})`;
@@ -58,8 +60,18 @@ async function restart() {
 
 function newTurn() { simulation++; sent = 0; $('text').value = ''; $('progress').textContent = ''; }
 
+// A barge-in: what the listener heard of the cut turn, by the server's word timing and this
+// player's playback reports (what an agent tells its LLM was said).
+function showHeard({ heard_text: text, heard_samples: samples }) {
+  if (text === null || text === undefined) return;
+  const seconds = (samples / player.stats().rate).toFixed(1);
+  $('heard').textContent = `Heard before the barge-in (${seconds} s): “${text}”`;
+  $('heard').hidden = false;
+}
+
 $('text').addEventListener('input', () => {
   act();
+  $('heard').hidden = true;
   const text = $('text').value;
   if (text.length < sent) { sent = text.length; return; } // edits behind the cursor are not unsaid
   // Text typed after Speak is the next turn: the player holds it until this one is done.
@@ -72,6 +84,7 @@ $('simulate').addEventListener('click', async () => {
   act();
   player.cancel();
   newTurn();
+  $('heard').hidden = true;
   const mine = simulation;
   for (const word of PARAGRAPH.split(/(?<= )/)) {
     if (mine !== simulation) return; // stopped

@@ -102,6 +102,7 @@ export class VoicewirePlayer extends EventTarget {
 
   /** Barge-in: silence now, drop what is still on its way, tell the server. */
   cancel() {
+    this.reportPlayback(); // the server's heard_text counts what was played up to now
     this.next = [];
     this.node?.port.postMessage({ type: 'clear' });
     if (!this.context) return;
@@ -127,6 +128,7 @@ export class VoicewirePlayer extends EventTarget {
       latenciesMs: [...this.latencies],
       bitrateKbps: (this.bytes * 8) / 1000 / seconds,
       codec: this.opus ? 'opus' : 'pcm',
+      rate: RATE, // of the session's audio: pts, samples and played count in it
       context: this.context,
     };
   }

@@ -139,9 +139,25 @@ try {
       p.end();
     });
     await page.waitForFunction(() => window.voicewire.stats().played > 48000 * 0.5, null, { timeout: 60000 });
-    const cancelAt = await page.evaluate(() => { window.voicewire.cancel(); return performance.now(); });
+    await page.evaluate(() => {
+      window.voicewire.addEventListener('cancelled', (e) => { window.seen.cancelled = e.detail; });
+    });
+    const [cancelAt, playedAtCancel] = await page.evaluate(() => {
+      const played = window.voicewire.stats().played;
+      window.voicewire.cancel();
+      return [performance.now(), played];
+    });
     await page.waitForTimeout(600);
-    const seen = await page.evaluate(() => ({ rendered: window.seen.rendered, stats: window.voicewire.stats() }));
+    await page.waitForFunction(() => window.seen.cancelled, null, { timeout: 30000 });
+    const seen = await page.evaluate(() => ({
+      rendered: window.seen.rendered,
+      stats: window.voicewire.stats(),
+      cancelled: window.seen.cancelled,
+      heard: document.getElementById('heard').hidden ? null : document.getElementById('heard').textContent,
+    }));
+    result.playedAtCancel = playedAtCancel;
+    result.cancelled = seen.cancelled;
+    result.heard = seen.heard;
     const after = seen.rendered.filter(([t]) => t > cancelAt);
     result.renderedAfterCancel = after.reduce((n, [, len]) => n + len, 0);
     result.lastRenderMsAfterCancel = after.length ? after.at(-1)[0] - cancelAt : 0;

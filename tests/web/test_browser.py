@@ -81,10 +81,23 @@ def test_pcm_fallback_plays_too(server) -> None:
     assert seen["stats"]["played"] == seen["done"]["samples"] > 0  # every sample, through PCM
 
 
-def test_barge_in_silences_within_50_ms(server) -> None:
+BARGE_IN_TEXT = "This turn goes on and on, long enough that it is still playing when we interrupt it. " * 4
+
+
+def test_barge_in_silences_within_50_ms_and_shows_what_was_heard(server) -> None:
     seen = _browse(server, "barge-in")
     assert seen["lastRenderMsAfterCancel"] <= 50, seen
     assert seen["stats"]["bufferMs"] == 0
+    # The player reported its playback as it cancelled: the server's heard_samples are what had
+    # played then (its count lags the worklet's by at most one report), and heard_text the words
+    # that began before them, which the demo page shows.
+    cancelled, played = seen["cancelled"], seen["playedAtCancel"]
+    assert played - 48000 * 0.3 <= cancelled["heard_samples"] <= played, (cancelled, played)
+    heard = cancelled["heard_text"]
+    assert heard and BARGE_IN_TEXT.startswith(heard) and len(heard) < len(BARGE_IN_TEXT), heard
+    assert seen["heard"].startswith("Heard before the barge-in (") and seen["heard"].endswith(
+        f" s): “{heard}”"
+    )
 
 
 def test_the_demo_page_takes_turns_stops_and_explains(server) -> None:
