@@ -98,6 +98,8 @@ class ClientContext:
         self.client = client
         self.id = context_id
         self.done: dict[str, Any] | None = None  # the `done` or `cancelled` message
+        self.cancelled: dict[str, Any] | None = None  # `cancelled`, also after `done` (a late barge-in)
+        self._cancelled = asyncio.Event()
         self.progress: list[dict[str, Any]] = []
         # With `timestamps="words"` in connect: each word's text, start_char, end_char, and start
         # and end in samples (docs/protocol.md, "Word timing").
@@ -118,10 +120,14 @@ class ClientContext:
     async def end(self) -> None:
         await self.client.send({"type": "end", "context_id": self.id})
 
-    async def cancel(self) -> None:
-        """Stop now; `done` then holds the `cancelled` message, whose `heard_text` (with word
-        timing) is the text spoken up to the last `played()` report."""
+    async def cancel(self, wait: bool = False) -> dict[str, Any] | None:
+        """Stop now (or, after `done`, while its audio still plays: a late barge-in). The server's
+        `cancelled` lands in `self.cancelled` (returned with `wait=True`); its `heard_text` (with
+        word timing) is the text spoken up to the last `played()` report."""
         await self.client.send({"type": "cancel", "context_id": self.id})
+        if wait:
+            await self._cancelled.wait()
+        return self.cancelled
 
     async def played(self, samples: int, underruns: int = 0) -> None:
         """Tell the server how many samples of this context the listener has heard."""
@@ -238,8 +244,12 @@ class Client:
                 elif kind == "words":
                     context.words.extend(message["words"])
                 elif kind in ("done", "cancelled"):
-                    context.done = message
-                    context._audio.put_nowait(_Done(message))
+                    if kind == "cancelled":
+                        context.cancelled = message
+                        context._cancelled.set()
+                    if context.done is None:
+                        context.done = message
+                        context._audio.put_nowait(_Done(message))
         finally:
             for context in self._contexts.values():
                 if context.done is None:

@@ -94,6 +94,7 @@ class Context:
     held: list[Callable[[StreamHandle], None]] = field(default_factory=list)  # requests while waiting
     words: WordTimer | None = None  # word timing, when the session asked for it
     played: int | None = None  # the last played_samples the client reported
+    done: bool = False  # `done` was sent: all its audio is out, maybe still playing at the client
 
     def push_text(self, text: str) -> None:
         if self.stream is None:
@@ -360,6 +361,12 @@ class Session:
 
     def _cancel(self, context_id: str) -> None:
         context = self._context(context_id)
+        if context.state is ContextState.FINISHED and context.done:
+            # A barge-in while the client still plays a finished context's audio: nothing to stop
+            # here, but `cancelled` says what the listener heard of it, as for one still speaking.
+            context.state = ContextState.CANCELLED
+            self._report_cancelled(context, context.encoder.sent_samples)
+            return
         if context.state not in (ContextState.OPEN, ContextState.ENDED):
             raise ProtocolError(
                 "context_closed", f"context {context_id!r} is {context.state.value}", context_id
@@ -381,12 +388,12 @@ class Session:
     async def _report_cancel(self, context: Context) -> None:
         assert context.stream is not None
         result = await context.stream.wait()
+        generated = result.samples_generated * context.encoder.format.sample_rate // SAMPLE_RATE
         with contextlib.suppress(_SlowConsumer):
-            self._report_cancelled(context, result.samples_generated)
+            self._report_cancelled(context, generated)
 
-    def _report_cancelled(self, context: Context, samples_generated: int) -> None:
-        rate = context.encoder.format.sample_rate
-        generated = samples_generated * rate // SAMPLE_RATE
+    def _report_cancelled(self, context: Context, generated: int) -> None:
+        """`cancelled`, with `generated` in output samples."""
         sent = context.encoder.sent_samples
         heard = sent if context.played is None else min(context.played, sent)
         self._emit(
@@ -448,6 +455,7 @@ class Session:
                 return
             result = await stream.wait()
             context.state = ContextState.FINISHED
+            context.done = True
             self._uncount(context)
             samples = context.encoder.sent_samples
             if context.words is not None:

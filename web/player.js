@@ -102,9 +102,16 @@ export class VoicewirePlayer extends EventTarget {
 
   /** Barge-in: silence now, drop what is still on its way, tell the server. */
   cancel() {
-    this.reportPlayback(); // the server's heard_text counts what was played up to now
+    // A turn already done whose audio still plays is cut too (a late barge-in); either way the
+    // server hears how far playback got, for its heard_text.
+    const late = !this.context && this.worklet.context && this.worklet.level > 0 ? this.worklet.context : null;
+    this.reportPlayback(this.context || late);
     this.next = [];
     this.node?.port.postMessage({ type: 'clear' });
+    if (late && !this.cancelled.has(late)) {
+      this.cancelled.add(late);
+      this.send({ type: 'cancel', context_id: late });
+    }
     if (!this.context) return;
     this.cancelled.add(this.context);
     this.send({ type: 'cancel', context_id: this.context });
@@ -262,12 +269,12 @@ export class VoicewirePlayer extends EventTarget {
     }
   }
 
-  reportPlayback() {
-    if (!this.context || this.ws.readyState !== WebSocket.OPEN || !this.ready) return;
-    if (this.worklet.context !== this.context) return; // nothing of this turn played yet
+  reportPlayback(context = this.context) {
+    if (!context || this.ws.readyState !== WebSocket.OPEN || !this.ready) return;
+    if (this.worklet.context !== context) return; // nothing of this turn played yet
     this.send({
       type: 'playback',
-      context_id: this.context,
+      context_id: context,
       played_samples: this.worklet.contextPlayed,
       underruns: this.worklet.underruns - this.turnState.underrunBase,
     });

@@ -133,20 +133,25 @@ def test_words_and_what_was_heard(server) -> None:
             await whole.push(TEXT)
             await whole.end()
             audio = await whole.read_all()
+            # A late barge-in: the turn is done, the listener is a little way into its audio.
+            await whole.played(whole.words[1]["start"] + 1)
+            late = await whole.cancel(wait=True)
             cut = client.context("cut")
             await cut.push(TEXT)
             first = await anext(aiter(cut))  # the first chunk, then: the listener heard all of it
             await cut.played(first.shape[0])
             await cut.cancel()
             await cut.read_all()
-            return audio, whole, cut, first.shape[0]
+            return audio, whole, cut, first.shape[0], late
 
-    audio, whole, cut, heard = asyncio.run(run())
+    audio, whole, cut, heard, late = asyncio.run(run())
     words = whole.words
     assert "".join(w["text"] for w in words) == TEXT.replace(" ", "")  # every word, once, in order
     assert all(TEXT[w["start_char"] : w["end_char"]] == w["text"] for w in words)
     assert [w["start"] for w in words] == sorted(w["start"] for w in words)
     assert words[-1]["end"] == audio.shape[0] == whole.done["samples"]
+    assert whole.done["type"] == "done" and late is whole.cancelled and late["samples_dropped"] == 0
+    assert late["heard_text"] == TEXT[: words[1]["end_char"]]
     assert cut.done["type"] == "cancelled" and cut.done["heard_samples"] == heard > 0
     # The same greedy text: the words that started before the heard sample, as in the whole turn.
     started = [w for w in words if w["start"] < heard]

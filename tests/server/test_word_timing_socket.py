@@ -157,3 +157,32 @@ async def _cancel_after_words_plain(url: str) -> tuple[None, int, dict]:
         return None, first["samples"] + sum(m["samples"] for m in seen if m["type"] == "audio"), cancelled
     finally:
         await client.close()
+
+
+def test_a_finished_context_cancelled_while_it_still_plays_says_what_was_heard(server) -> None:
+    """A barge-in after `done`, while the client still plays the turn: `cancelled` with nothing
+    dropped and the words begun before the reported sample; a second cancel is context_closed."""
+
+    async def run() -> tuple[list[dict], dict, int, dict, dict]:
+        client = await WireClient.open(server.url, JSON)
+        try:
+            await client.start(**START, timestamps="words")
+            await client.send({"type": "text", "context_id": "c", "text": TEXT})
+            await client.send({"type": "end", "context_id": "c"})
+            done, seen = await client.until(lambda m: m["type"] == "done")
+            words = [w for m in seen if m["type"] == "words" for w in m["words"]]
+            played = words[2]["start"] + 1  # the listener is in the third word
+            await client.send({"type": "playback", "context_id": "c", "played_samples": played})
+            await client.send({"type": "cancel", "context_id": "c"})
+            cancelled, _ = await client.until(lambda m: m["type"] == "cancelled")
+            await client.send({"type": "cancel", "context_id": "c"})
+            again, _ = await client.until(lambda m: m["type"] == "error")
+            return words, done, played, cancelled, again
+        finally:
+            await client.close()
+
+    words, done, played, cancelled, again = asyncio.run(run())
+    assert cancelled["samples_generated"] == done["samples"] and cancelled["samples_dropped"] == 0
+    assert cancelled["heard_samples"] == played
+    assert cancelled["heard_text"] == TEXT[: words[2]["end_char"]]
+    assert again["code"] == "context_closed"

@@ -131,6 +131,23 @@ try {
     const typed = await page.evaluate(() => document.getElementById('text').value.length);
     await page.waitForTimeout(600);
     result.simulated = [typed, await page.evaluate(() => document.getElementById('text').value.length)];
+    // A late barge-in: the turn is done (12 frames come fast) and still playing when Stop is hit.
+    await page.evaluate(() => {
+      window.voicewire.addEventListener('cancelled', (e) => { window.seen.late = e.detail; });
+    });
+    await page.click('#turn');
+    await page.locator('#text').focus();
+    await page.keyboard.insertText('Third turn.');
+    await page.click('#speak');
+    const third = await page.evaluate(() => window.voicewire.stats().context);
+    await page.waitForFunction((id) => window.seen.dones.includes(id)
+      && window.voicewire.worklet.context === id && window.voicewire.worklet.contextPlayed > 48000 * 0.4,
+    third, { timeout: 60000, polling: 10 });
+    result.lateAt = await page.evaluate(() => window.voicewire.worklet.contextPlayed);
+    await page.click('#stop');
+    await page.waitForFunction(() => window.seen.late, null, { timeout: 30000 });
+    result.late = await page.evaluate(() => ({ cancelled: window.seen.late, heard: document.getElementById('heard').textContent, bufferMs: window.voicewire.stats().bufferMs, done: window.seen.done }));
+    result.third = third;
     result.seen = await page.evaluate(() => ({ dones: window.seen.dones, errors: window.seen.errors, states: window.seen.states }));
   } else if (scenario === 'barge-in') {
     await page.evaluate(() => {

@@ -113,5 +113,12 @@ def test_the_demo_page_takes_turns_stops_and_explains(server) -> None:
     assert seen["statusAfterAction"] == "connected (opus)"  # cleared by the next action
     typed, later = seen["simulated"]
     assert 0 < typed == later  # Stop ended the simulated LLM
+    # Stop after the third turn's `done`, while it still plays: the player cancels it all the same,
+    # silencing it, and the server says what was heard of it (nothing dropped: all was sent).
+    late = seen["late"]
+    assert late["cancelled"]["context_id"] == seen["third"] == late["done"]["context_id"]
+    assert late["cancelled"]["samples_dropped"] == 0 and late["bufferMs"] == 0
+    assert seen["lateAt"] <= late["cancelled"]["heard_samples"] < late["done"]["samples"]
+    assert late["heard"].endswith(f"“{late['cancelled']['heard_text']}”")
     states = seen["seen"]["states"]
     assert states[0] == "idle" and "listening" in states and "speaking" in states
