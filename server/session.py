@@ -36,7 +36,7 @@ from voicewire.server.encoder import AudioEncoder
 from voicewire.server.errors import ProtocolError, from_engine
 from voicewire.server.metrics import Metrics
 from voicewire.server.settings import SessionSettings, settings_from_start
-from voicewire.server.wire import REFUSED, UNPACED, Codec
+from voicewire.server.wire import REFUSED, UNPACED, Dialect
 from voicewire.server.word_timing import Word, WordTimer, frame_pieces
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class _SlowConsumer(Exception):
 class Session:
     websocket: WebSocket
     engine: EngineClient
-    codec: Codec
+    dialect: Dialect
     config: ServerConfig
     executor: Executor
     metrics: Metrics
@@ -200,7 +200,8 @@ class Session:
                         "message_too_large",
                         f"a frame holds at most {self.config.max_message_bytes} bytes, got {size}",
                     )
-                await self._handle(self.codec.decode(text, data))
+                for message in self.dialect.read(text, data):
+                    await self._handle(message)
             except ProtocolError as error:
                 self._error(error)
 
@@ -541,11 +542,13 @@ class Session:
             message = await self._outbox.get()
             if message is None:
                 return
-            encoded = self.codec.encode(message)
-            if isinstance(encoded, bytes):
-                await self.websocket.send_bytes(encoded)
-            else:
-                await self.websocket.send_text(encoded)
+            for encoded in self.dialect.write(message):
+                if isinstance(encoded, bytes):
+                    await self.websocket.send_bytes(encoded)
+                else:
+                    await self.websocket.send_text(encoded)
+            if self.dialect.closes_after(message):
+                self._stop.set()
             if isinstance(message, p.Audio):
                 seconds = self._audio_seconds(message)
                 self._queued_audio_s -= seconds
@@ -581,12 +584,13 @@ class Session:
             while not self._outbox.empty():
                 self._outbox.get_nowait()
             self._queued_audio_s = 0.0
-            encoded = self.codec.encode(p.Error(code=fatal.code, message=fatal.message, fatal=True))
-            key = "bytes" if isinstance(encoded, bytes) else "text"
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(
-                    self.websocket.send({"type": "websocket.send", key: encoded, UNPACED: True}), timeout=1
-                )
+            for encoded in self.dialect.write(p.Error(code=fatal.code, message=fatal.message, fatal=True)):
+                key = "bytes" if isinstance(encoded, bytes) else "text"
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(
+                        self.websocket.send({"type": "websocket.send", key: encoded, UNPACED: True}),
+                        timeout=1,
+                    )
         else:
             with contextlib.suppress(asyncio.QueueFull):
                 if fatal is not None:  # queued messages go out first, then why it closes

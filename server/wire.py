@@ -8,7 +8,7 @@ import base64
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 from pydantic import ValidationError
@@ -70,6 +70,23 @@ def parse(data: Any) -> Any:
         raise ProtocolError("invalid_message", f"{kind}: {_describe(exc)}", _context_of(data)) from None
 
 
+class Dialect(Protocol):
+    """What a socket speaks, as protocol v1 (a Session serves only v1's messages): each client frame
+    read as the v1 messages it means, each v1 server message written as the frames that say it in
+    the dialect (none for one it has no word for). `Codec` is v1 itself; server/elevenlabs.py speaks
+    ElevenLabs' stream-input sockets."""
+
+    def read(self, text: str | None, data: bytes | None) -> list[Any]:
+        """Raises ProtocolError for a frame the dialect refuses."""
+        ...
+
+    def write(self, message: ServerMessage) -> list[str | bytes]: ...
+
+    def closes_after(self, message: ServerMessage) -> bool:
+        """Whether the server closes the socket once `message` is written."""
+        ...
+
+
 class Codec:
     """Decodes client frames and encodes server messages for one subprotocol."""
 
@@ -99,6 +116,15 @@ class Codec:
             except ValueError:
                 raise ProtocolError("bad_message", "the frame is not valid JSON") from None
         return parse(decoded)
+
+    def read(self, text: str | None, data: bytes | None) -> list[Any]:
+        return [self.decode(text, data)]
+
+    def write(self, message: ServerMessage) -> list[str | bytes]:
+        return [self.encode(message)]
+
+    def closes_after(self, message: ServerMessage) -> bool:
+        return False
 
     def encode(self, message: ServerMessage) -> str | bytes:
         fields = message.model_dump()
