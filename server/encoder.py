@@ -1,29 +1,48 @@
 """Audio encoders: the engine's 24 kHz float PCM -> what the client asked for, per context.
 
-Opus: 20 ms packets (opuslib), mono, 24 or 48 kHz. PCM s16le/f32le at 8, 16, 24, 44.1 or 48 kHz.
-mu-law (G.711) at 8 kHz. Other rates are resampled with soxr's streaming resampler, so chunk edges
-leave no trace. Every packet carries its pts and sample count in output samples.
+Opus: 20 ms packets (opuslib), mono, 24 or 48 kHz. MP3: CBR mono (LAME via lameenc) at 22.05, 24,
+44.1 or 48 kHz, one byte stream cut wherever LAME has output. PCM s16le/f32le at 8, 16, 22.05, 24,
+32, 44.1 or 48 kHz. mu-law and A-law (G.711) at 8 kHz. Other rates are resampled with soxr's
+streaming resampler, so chunk edges leave no trace. Every packet carries its pts and sample count in
+output samples.
 """
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 
+import lameenc
 import numpy as np
 import opuslib
+import soundfile
 import soxr
 
 from voicewire.server.errors import ProtocolError
 from voicewire.server.protocol import FormatSpec
 
 ENGINE_RATE = 24000
+# The CBR bitrates (bits per second) each MP3 rate has: MPEG-1 Layer III at 32 kHz and up, MPEG-2
+# below. LAME would quietly round any other bitrate to one of these, so we refuse it instead.
+_MPEG1 = tuple(kbps * 1000 for kbps in (32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320))
+_MPEG2 = tuple(kbps * 1000 for kbps in (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160))
+MP3_BITRATES = {22050: _MPEG2, 24000: _MPEG2, 44100: _MPEG1, 48000: _MPEG1}
 RATES = {
     "opus": (24000, 48000),
-    "pcm_s16le": (8000, 16000, 24000, 44100, 48000),
-    "pcm_f32le": (8000, 16000, 24000, 44100, 48000),
+    "mp3": tuple(MP3_BITRATES),
+    "pcm_s16le": (8000, 16000, 22050, 24000, 32000, 44100, 48000),
+    "pcm_f32le": (8000, 16000, 22050, 24000, 32000, 44100, 48000),
     "mulaw": (8000,),
+    "alaw": (8000,),
 }
 OPUS_PACKET_MS = 20
+# What an MP3 decoder outputs before the first real sample: LAME's encoder delay (576) plus the
+# decoder's own synthesis delay (529). No LAME/Xing tag is written (lameenc leaves it off, so packets
+# concatenate into a plain stream), so no decoder knows to drop them; 1105 measured with libsndfile's
+# mpg123 at every rate in MP3_BITRATES (tests/server/test_encoder.py checks it).
+MP3_DELAY = 576 + 529
+# LAME's -q 3 (its default): 110x real time at 44.1 kHz/128 kbps on one core, -q 2 half that.
+MP3_QUALITY = 3
 
 
 @dataclass(frozen=True)
@@ -41,11 +60,16 @@ class OutputFormat:
                 "invalid_format",
                 f"{spec.encoding} takes sample_rate {', '.join(map(str, allowed))}; got {spec.sample_rate}",
             )
+        if spec.encoding == "mp3" and spec.bitrate not in MP3_BITRATES[spec.sample_rate]:
+            bitrates = ", ".join(map(str, MP3_BITRATES[spec.sample_rate]))
+            raise ProtocolError(
+                "invalid_format", f"mp3 at {spec.sample_rate} takes bitrate {bitrates}; got {spec.bitrate}"
+            )
         return cls(spec.encoding, spec.sample_rate, spec.bitrate, spec.complexity)
 
     @property
     def packet_samples(self) -> int:
-        """Samples per Opus packet; 0 for PCM and mu-law, whose chunks follow the engine's."""
+        """Samples per Opus packet; 0 for the others, whose packets follow the engine's chunks."""
         return self.sample_rate * OPUS_PACKET_MS // 1000 if self.encoding == "opus" else 0
 
 
@@ -53,7 +77,7 @@ class OutputFormat:
 class Packet:
     data: bytes
     pts: int  # first sample, in output samples from the context start
-    samples: int  # valid samples (a padded final Opus packet decodes to more)
+    samples: int  # valid samples (a padded final Opus packet decodes to more; see MP3_DELAY for MP3)
     final: bool = False
 
 
@@ -75,6 +99,24 @@ def mulaw_decode(data: bytes) -> np.ndarray:
     return (np.where(sign, -magnitude, magnitude) / 32768.0).astype(np.float32)
 
 
+def alaw_encode(pcm: np.ndarray) -> bytes:
+    """G.711 A-law of float samples in [-1, 1] (libsndfile's; it indexes a table, hence the clip)."""
+    out = io.BytesIO()
+    soundfile.write(out, np.clip(pcm, -1.0, 1.0), 8000, format="RAW", subtype="ALAW")
+    return out.getvalue()
+
+
+def alaw_decode(data: bytes) -> np.ndarray:
+    """Inverse of `alaw_encode` (for tests and clients), as float32 in [-1, 1]."""
+    raw = io.BytesIO(data)
+    pcm, _ = soundfile.read(raw, format="RAW", subtype="ALAW", samplerate=8000, channels=1, dtype="float32")
+    return pcm
+
+
+def _s16(pcm: np.ndarray) -> np.ndarray:
+    return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2")
+
+
 class AudioEncoder:
     """One context's encoder: feed it engine chunks in order, get packets."""
 
@@ -92,6 +134,16 @@ class AudioEncoder:
             self._opus = opuslib.Encoder(fmt.sample_rate, 1, opuslib.APPLICATION_AUDIO)
             self._opus.bitrate = fmt.bitrate
             self._opus.complexity = fmt.complexity
+        self._held = 0  # MP3: samples fed to LAME since its last output
+        self._lame: lameenc.Encoder | None = None
+        if fmt.encoding == "mp3":
+            self._lame = lameenc.Encoder()
+            self._lame.set_channels(1)
+            self._lame.set_in_sample_rate(fmt.sample_rate)
+            self._lame.set_out_sample_rate(fmt.sample_rate)  # else LAME may lower it for low bitrates
+            self._lame.set_bit_rate(fmt.bitrate // 1000)
+            self._lame.set_quality(MP3_QUALITY)
+            self._lame.silence()
 
     @property
     def sent_samples(self) -> int:
@@ -100,17 +152,22 @@ class AudioEncoder:
 
     @property
     def codec_delay(self) -> int:
-        """Samples an Opus decoder outputs before the first real sample (its pre-skip)."""
-        return int(self._opus.lookahead) if self._opus is not None else 0
+        """Samples a decoder outputs before the first real sample: Opus's pre-skip, MP3_DELAY for
+        MP3, 0 for the others."""
+        if self._opus is not None:
+            return int(self._opus.lookahead)
+        return MP3_DELAY if self._lame is not None else 0
 
     def encode(self, pcm: np.ndarray, final: bool = False) -> list[Packet]:
         """24 kHz float32 samples -> packets. `final` flushes the resampler and the last packet."""
         pcm = np.asarray(pcm, dtype=np.float32)
         if self._resampler is not None:
             pcm = self._resampler.resample_chunk(pcm, last=final)
-        if self._opus is None:
-            return self._raw(pcm, final)
-        return self._packets(pcm, final)
+        if self._opus is not None:
+            return self._packets(pcm, final)
+        if self._lame is not None:
+            return self._mp3(pcm, final)
+        return self._raw(pcm, final)
 
     def _raw(self, pcm: np.ndarray, final: bool) -> list[Packet]:
         if pcm.shape[0] == 0:
@@ -119,7 +176,9 @@ class AudioEncoder:
         if encoding == "pcm_f32le":
             data = pcm.astype("<f4").tobytes()
         elif encoding == "pcm_s16le":
-            data = (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+            data = _s16(pcm).tobytes()
+        elif encoding == "alaw":
+            data = alaw_encode(pcm)
         else:
             data = mulaw_encode(pcm)
         packet = Packet(data, self._pts, pcm.shape[0], final)
@@ -137,7 +196,7 @@ class AudioEncoder:
             samples = np.concatenate((samples, np.zeros(tail, np.float32)))
         whole = samples.shape[0] // size * size
         self._pending = samples[whole:]
-        pcm16 = (np.clip(samples[:whole], -1.0, 1.0) * 32767.0).round().astype("<i2")
+        pcm16 = _s16(samples[:whole])
         packets = []
         for start in range(0, whole, size):
             # The last packets of a context may hold only padding and the lookahead flush.
@@ -146,3 +205,18 @@ class AudioEncoder:
             packets.append(Packet(data, self._pts, count, final=final and start + size == whole))
             self._pts += count
         return packets
+
+    def _mp3(self, pcm: np.ndarray, final: bool) -> list[Packet]:
+        # LAME holds back over a frame's samples before its first output, and its bytes need not
+        # end on a frame, so a chunk may bring none: its samples then go with the next packet.
+        assert self._lame is not None
+        data = bytes(self._lame.encode(_s16(pcm).tobytes())) if pcm.shape[0] else b""
+        self._held += pcm.shape[0]
+        if final and (self._held or self._pts):  # flush even when the last chunk is empty
+            data += bytes(self._lame.flush())  # the rest, and padding to a whole frame
+        if not data:
+            return []
+        packet = Packet(data, self._pts, self._held, final)
+        self._pts += self._held
+        self._held = 0
+        return [packet]

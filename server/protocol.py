@@ -30,9 +30,9 @@ class VoiceSpec(_Message):
 
 
 class FormatSpec(_Message):
-    encoding: Literal["opus", "pcm_s16le", "pcm_f32le", "mulaw"] = "opus"
-    sample_rate: StrictInt = 48000
-    bitrate: Annotated[StrictInt, Field(ge=6000, le=510000)] = 32000  # opus only
+    encoding: Literal["opus", "mp3", "pcm_s16le", "pcm_f32le", "mulaw", "alaw"] = "opus"
+    sample_rate: StrictInt = 48000  # per encoding: encoder.RATES
+    bitrate: Annotated[StrictInt, Field(ge=6000, le=510000)] = 32000  # opus; mp3 (encoder.MP3_BITRATES)
     complexity: Annotated[StrictInt, Field(ge=0, le=10)] = 5  # opus only
 
 

@@ -1,8 +1,19 @@
+import io
+
 import numpy as np
 import opuslib
 import pytest
+import soundfile
+import soxr
 
-from voicewire.server.encoder import AudioEncoder, OutputFormat, mulaw_decode, mulaw_encode
+from voicewire.server.encoder import (
+    AudioEncoder,
+    OutputFormat,
+    alaw_decode,
+    alaw_encode,
+    mulaw_decode,
+    mulaw_encode,
+)
 from voicewire.server.errors import ProtocolError
 from voicewire.server.protocol import FormatSpec
 
@@ -10,6 +21,22 @@ from voicewire.server.protocol import FormatSpec
 def _tone(seconds: float, rate: int = 24000) -> np.ndarray:
     t = np.arange(int(seconds * rate)) / rate
     return (0.5 * np.sin(2 * np.pi * 330 * t)).astype(np.float32)
+
+
+def _chirp(seconds: float, rate: int = 24000) -> np.ndarray:
+    """200 Hz rising to 2.6 kHz: unlike a tone, it matches itself only when aligned."""
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.4 * np.sin(2 * np.pi * (200 + 1200 * t / seconds) * t)).astype(np.float32)
+
+
+def _feed(encoder: AudioEncoder, x: np.ndarray, sizes: list[int]) -> list:
+    """`x` in chunks of `sizes`, repeated, the last one final."""
+    packets, start, i = [], 0, 0
+    while start < x.shape[0]:
+        end = start + sizes[i % len(sizes)]
+        packets += encoder.encode(x[start:end], final=end >= x.shape[0])
+        start, i = end, i + 1
+    return packets
 
 
 @pytest.mark.parametrize("rate", [24000, 48000])
@@ -51,3 +78,100 @@ def test_rates_are_checked_per_encoding() -> None:
     assert OutputFormat.from_spec(FormatSpec(encoding="pcm_s16le", sample_rate=44100)).packet_samples == 0
     with pytest.raises(ProtocolError, match="opus takes sample_rate 24000, 48000; got 16000"):
         OutputFormat.from_spec(FormatSpec(encoding="opus", sample_rate=16000))
+
+
+UNEVEN = [1000, 1920, 777, 3840, 5, 2500]  # engine chunks are 80 ms frames; these are not
+
+
+@pytest.mark.parametrize(
+    ("rate", "bitrate"), [(22050, 32000), (24000, 48000), (44100, 128000), (48000, 192000)]
+)
+def test_mp3_stream_decodes_to_the_input_after_the_codec_delay(rate: int, bitrate: int) -> None:
+    encoder = AudioEncoder(
+        OutputFormat.from_spec(FormatSpec(encoding="mp3", sample_rate=rate, bitrate=bitrate))
+    )
+    x = _chirp(1.3)
+    packets = _feed(encoder, x, UNEVEN)
+    total = round(x.shape[0] * rate / 24000)
+    assert sum(p.samples for p in packets) == total == encoder.sent_samples
+    assert [p.pts for p in packets] == np.cumsum([0] + [p.samples for p in packets])[:-1].tolist()
+    assert packets[-1].final and not any(p.final for p in packets[:-1])
+    assert all(p.data for p in packets)
+    decoded, decoded_rate = soundfile.read(io.BytesIO(b"".join(p.data for p in packets)), dtype="float32")
+    assert decoded_rate == rate and encoder.codec_delay == 1105
+    padding = decoded.shape[0] - encoder.codec_delay - total
+    assert 0 <= padding < 1152  # the flushed tail is all there, padded to a whole frame
+    heard = decoded[encoder.codec_delay : encoder.codec_delay + total]
+    reference = soxr.resample(x, 24000, rate)
+    assert np.corrcoef(heard, reference)[0, 1] > 0.99
+    assert np.corrcoef(decoded[:total], reference)[0, 1] < 0.5  # the delay is what aligns them
+
+
+def test_mp3_samples_of_a_chunk_without_bytes_ride_with_the_next_packet() -> None:
+    encoder = AudioEncoder(OutputFormat("mp3", 24000, 48000))  # no resampler: counts are the input's
+    x = _chirp(0.5)
+    assert encoder.encode(x[:100]) == [] and encoder.sent_samples == 0  # under one frame: no bytes
+    (packet,) = encoder.encode(x[100:4000])
+    assert (packet.pts, packet.samples) == (0, 4000) and encoder.sent_samples == 4000
+
+
+def test_mp3_flushes_on_an_empty_final_chunk_and_says_nothing_for_nothing() -> None:
+    encoder = AudioEncoder(OutputFormat("mp3", 24000, 48000))
+    packets = encoder.encode(_chirp(0.16))
+    packets += encoder.encode(np.zeros(0, np.float32), final=True)
+    assert sum(p.samples for p in packets) == 3840 and packets[-1].final
+    decoded, _ = soundfile.read(io.BytesIO(b"".join(p.data for p in packets)), dtype="float32")
+    assert decoded.shape[0] >= encoder.codec_delay + 3840
+    silent = AudioEncoder(OutputFormat("mp3", 24000, 48000))
+    assert silent.encode(np.zeros(0, np.float32), final=True) == []
+
+
+@pytest.mark.parametrize(
+    ("rate", "bitrate", "message"),
+    [
+        (22050, 192000, "mp3 at 22050 takes bitrate 8000, 16000, .*, 144000, 160000; got 192000"),
+        (44100, 100000, "mp3 at 44100 takes bitrate 32000, 40000, .*, 256000, 320000; got 100000"),
+        (44100, 16000, "mp3 at 44100 takes bitrate 32000, .*; got 16000"),
+        (16000, 32000, "mp3 takes sample_rate 22050, 24000, 44100, 48000; got 16000"),
+    ],
+)
+def test_mp3_rates_and_bitrates_are_checked(rate: int, bitrate: int, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message) as raised:
+        OutputFormat.from_spec(FormatSpec(encoding="mp3", sample_rate=rate, bitrate=bitrate))
+    assert raised.value.code == "invalid_format"
+
+
+@pytest.mark.parametrize(
+    "name",
+    "mp3_22050_32 mp3_24000_48 mp3_44100_32 mp3_44100_64 mp3_44100_96 mp3_44100_128 mp3_44100_192".split(),
+)
+def test_elevenlabs_mp3_formats_are_taken(name: str) -> None:
+    _, rate, kbps = name.split("_")
+    fmt = OutputFormat.from_spec(FormatSpec(encoding="mp3", sample_rate=int(rate), bitrate=int(kbps) * 1000))
+    assert AudioEncoder(fmt).encode(_chirp(0.2), final=True)[0].final
+
+
+@pytest.mark.parametrize("rate", [22050, 32000])
+@pytest.mark.parametrize(("encoding", "dtype"), [("pcm_s16le", "<i2"), ("pcm_f32le", "<f4")])
+def test_pcm_at_22050_and_32000_is_resampled(rate: int, encoding: str, dtype: str) -> None:
+    encoder = AudioEncoder(OutputFormat.from_spec(FormatSpec(encoding=encoding, sample_rate=rate)))
+    x = _chirp(1.3)
+    packets = _feed(encoder, x, UNEVEN)
+    total = round(x.shape[0] * rate / 24000)
+    assert sum(p.samples for p in packets) == total == encoder.sent_samples and packets[-1].final
+    heard = np.frombuffer(b"".join(p.data for p in packets), dtype).astype(np.float32)
+    heard /= 32767 if encoding == "pcm_s16le" else 1
+    assert heard.shape == (total,)
+    assert np.corrcoef(heard, soxr.resample(x, 24000, rate))[0, 1] > 0.999
+
+
+def test_alaw_round_trip_known_values_and_rate() -> None:
+    x = np.linspace(-1, 1, 1001, dtype=np.float32)
+    assert np.abs(alaw_decode(alaw_encode(x)) - x).max() < 0.032
+    assert alaw_encode(np.zeros(1, np.float32)) == b"\xd5"  # G.711: silence is 0xd5
+    assert alaw_encode(np.array([1.0, -1.0, 2.0], np.float32)) == b"\xaa\x2a\xaa"  # beyond clips
+    encoder = AudioEncoder(OutputFormat.from_spec(FormatSpec(encoding="alaw", sample_rate=8000)))
+    packets = _feed(encoder, _chirp(0.5), [1920])
+    assert sum(len(p.data) for p in packets) == encoder.sent_samples == 4000
+    with pytest.raises(ProtocolError, match="alaw takes sample_rate 8000; got 16000"):
+        OutputFormat.from_spec(FormatSpec(encoding="alaw", sample_rate=16000))
