@@ -17,6 +17,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from voicewire.client import MSGPACK, ws_url
+from voicewire.client.languages import language_name
 
 __all__ = [
     "MSGPACK",
@@ -43,30 +44,6 @@ PERMANENT = frozenset(
         "invalid_message",
     }
 )
-
-
-# Frameworks name languages by BCP 47 code ("en", "en-US", "zh-CN"); Qwen3-TTS by English name.
-LANGUAGE_NAMES = {
-    "zh": "chinese",
-    "en": "english",
-    "de": "german",
-    "it": "italian",
-    "pt": "portuguese",
-    "es": "spanish",
-    "ja": "japanese",
-    "ko": "korean",
-    "fr": "french",
-    "ru": "russian",
-}
-
-
-def language_name(language: str | None) -> str | None:
-    """A framework's language as the server names it: a BCP 47 code by its primary subtag ("en-US"
-    is "english"); anything else as given, lower-cased ("English", "auto"), for the server to check."""
-    if not language:
-        return None
-    lowered = language.lower()
-    return LANGUAGE_NAMES.get(lowered.replace("_", "-").split("-")[0], lowered)
 
 
 # A refused socket's close code, for when the refusal's `error` message was not read.

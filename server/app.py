@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from starlette.websockets import WebSocket
 
 from voicewire.engine import EngineError, StreamOptions
 from voicewire.engine.api import EngineClient
+from voicewire.server import elevenlabs as el
 from voicewire.server import protocol as p
 from voicewire.server.auth import Auth, split_subprotocols
 from voicewire.server.config import ServerConfig, uvicorn_options
@@ -32,7 +34,7 @@ from voicewire.server.session import Session
 from voicewire.server.speech_api import speech_endpoints
 from voicewire.server.voice_store import VoiceLibraryConfig
 from voicewire.server.voices_api import CALLER, VoiceLibrary
-from voicewire.server.wire import JSON, SUBPROTOCOLS, Codec
+from voicewire.server.wire import JSON, SUBPROTOCOLS, Codec, Dialect
 
 log = logging.getLogger(__name__)
 
@@ -76,21 +78,58 @@ def create_app(
             return
         await websocket.accept(subprotocol=chosen)
         codec = Codec(chosen or JSON)
+
+        async def identify() -> str:
+            return auth.identify(websocket.headers, token or websocket.query_params.get("token"))
+
+        await serve_session(websocket, codec, codec.subprotocol, identify, config)
+
+    async def elevenlabs(websocket: WebSocket) -> None:
+        """ElevenLabs' stream-input and multi-stream-input sockets (server/elevenlabs.py)."""
+        await websocket.accept()
+        multi = websocket.url.path.endswith(el.MULTI)
         try:
-            identity = auth.identify(websocket.headers, token or websocket.query_params.get("token"))
+            query = el.Query.parse(websocket.query_params)
+        except ProtocolError as error:  # before there is a session to say it
+            await websocket.send_text(el.refusal(error, multi))
+            await websocket.close(code=el.CLOSE)
+            return
+        dialect = el.ElevenLabsDialect(websocket.path_params["voice_id"], query, multi)
+
+        async def identify() -> str:
+            return auth.identify(await el.credentials(websocket, dialect, auth.open))
+
+        # ElevenLabs closes a socket that sends no text for `inactivity_timeout` seconds.
+        timed = dataclasses.replace(config, idle_timeout_s=query.inactivity_s)
+        await serve_session(
+            websocket, dialect, f"elevenlabs {el.MULTI if multi else el.SINGLE}", identify, timed
+        )
+
+    async def serve_session(
+        websocket: WebSocket,
+        dialect: Dialect,
+        name: str,
+        identify: Callable[[], Awaitable[str]],
+        session_config: ServerConfig,
+    ) -> None:
+        """An accepted socket: who calls and whether the limits let them in, then its session."""
+        try:
+            identity = await identify()
             auth.acquire(identity)
         except ProtocolError as error:
             log.info("refused a socket: %s", error)
             metrics.errors.labels(error.code).inc()
-            refusal = codec.encode(p.Error(code=error.code, message=error.message, fatal=True))
-            await (
-                websocket.send_bytes(refusal) if isinstance(refusal, bytes) else websocket.send_text(refusal)
-            )
-            await websocket.close(code=error.close_code)
+            for refusal in dialect.write(p.Error(code=error.code, message=error.message, fatal=True)):
+                await (
+                    websocket.send_bytes(refusal)
+                    if isinstance(refusal, bytes)
+                    else websocket.send_text(refusal)
+                )
+            await websocket.close(code=dialect.close_code(error))
             return
         try:
-            session = Session(websocket, engine, codec, config, executor, metrics)
-            log.info("session %s opened (%s, %s)", session.id, codec.subprotocol, identity)
+            session = Session(websocket, engine, dialect, session_config, executor, metrics)
+            log.info("session %s opened (%s, %s)", session.id, name, identity)
             metrics.sessions_opened.labels(str(os.getpid())).inc()
             CALLER.set((library, identity))  # for start.voice.id (settings.py)
             await session.run()
@@ -169,6 +208,8 @@ def create_app(
     app = Starlette(
         routes=[
             WebSocketRoute("/v1/stream", stream),
+            WebSocketRoute(f"/v1/text-to-speech/{{voice_id}}/{el.SINGLE}", elevenlabs),
+            WebSocketRoute(f"/v1/text-to-speech/{{voice_id}}/{el.MULTI}", elevenlabs),
             Route("/health", health),
             Route("/ready", ready),
             Route("/metrics", metrics_endpoint),

@@ -149,6 +149,7 @@ class Session:
         self._tasks: set[asyncio.Task] = set()
         self._admission = Admission(self.engine, self.config, self.metrics)
         self._tokens: TextTokenizer | None = None  # word timing on
+        self._close_code = 1000  # a close the dialect asked for
 
     def _fail(self, error: ProtocolError) -> None:
         """A fatal error: the session stops, says why, and closes."""
@@ -180,6 +181,11 @@ class Session:
     # --- receiving -----------------------------------------------------------------------------
 
     async def _receive_loop(self) -> None:
+        try:
+            for message in self.dialect.opening():
+                await self._handle(message)
+        except ProtocolError as error:
+            self._error(error)
         while self._fatal is None:
             try:
                 frame = await asyncio.wait_for(self.websocket.receive(), self.config.idle_timeout_s)
@@ -547,7 +553,9 @@ class Session:
                     await self.websocket.send_bytes(encoded)
                 else:
                     await self.websocket.send_text(encoded)
-            if self.dialect.closes_after(message):
+            close = self.dialect.closes_after(message)
+            if close is not None:
+                self._close_code = close
                 self._stop.set()
             if isinstance(message, p.Audio):
                 seconds = self._audio_seconds(message)
@@ -602,4 +610,5 @@ class Session:
         # The close frame does not wait for the client to read either; a client that never answers
         # it is cut off after the WebSocket layer's close timeout.
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.websocket.close(code=fatal.close_code if fatal else 1000), timeout=1)
+            code = self.dialect.close_code(fatal) if fatal else self._close_code
+            await asyncio.wait_for(self.websocket.close(code=code), timeout=1)

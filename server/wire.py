@@ -76,14 +76,23 @@ class Dialect(Protocol):
     the dialect (none for one it has no word for). `Codec` is v1 itself; server/elevenlabs.py speaks
     ElevenLabs' stream-input sockets."""
 
+    def opening(self) -> list[Any]:
+        """Messages the session handles before the first frame (a dialect whose socket says its
+        settings in its URL starts the session itself)."""
+        ...
+
     def read(self, text: str | None, data: bytes | None) -> list[Any]:
         """Raises ProtocolError for a frame the dialect refuses."""
         ...
 
     def write(self, message: ServerMessage) -> list[str | bytes]: ...
 
-    def closes_after(self, message: ServerMessage) -> bool:
-        """Whether the server closes the socket once `message` is written."""
+    def closes_after(self, message: ServerMessage) -> int | None:
+        """The close code, when the server closes the socket once `message` is written."""
+        ...
+
+    def close_code(self, error: ProtocolError) -> int:
+        """The close code after a fatal error."""
         ...
 
 
@@ -117,14 +126,20 @@ class Codec:
                 raise ProtocolError("bad_message", "the frame is not valid JSON") from None
         return parse(decoded)
 
+    def opening(self) -> list[Any]:
+        return []
+
     def read(self, text: str | None, data: bytes | None) -> list[Any]:
         return [self.decode(text, data)]
 
     def write(self, message: ServerMessage) -> list[str | bytes]:
         return [self.encode(message)]
 
-    def closes_after(self, message: ServerMessage) -> bool:
-        return False
+    def closes_after(self, message: ServerMessage) -> int | None:
+        return None
+
+    def close_code(self, error: ProtocolError) -> int:
+        return error.close_code
 
     def encode(self, message: ServerMessage) -> str | bytes:
         fields = message.model_dump()

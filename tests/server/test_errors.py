@@ -144,7 +144,7 @@ def test_each_malformed_message_gets_its_code_while_another_context_streams(serv
             {"type": "start", "format": {"encoding": "mulaw", "sample_rate": 16000}},
             "invalid_format",
         ),
-        ("bad encoding", {"type": "start", "format": {"encoding": "mp3"}}, "invalid_message"),
+        ("bad encoding", {"type": "start", "format": {"encoding": "flac"}}, "invalid_message"),
         ("unknown speaker", {"type": "start", "voice": {"speaker": "nobody"}}, "invalid_voice"),
         (
             "unknown language",

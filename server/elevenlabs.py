@@ -1,0 +1,371 @@
+"""ElevenLabs' streaming-input WebSockets, spoken on protocol v1's sessions (docs/compat.md).
+
+    /v1/text-to-speech/{voice_id}/stream-input        one utterance a socket
+    /v1/text-to-speech/{voice_id}/multi-stream-input  several contexts a socket, by `context_id`
+
+`ElevenLabsDialect` reads their JSON into v1 messages and writes v1's answers as theirs, so the
+session, engine, limits and metrics are the ones every socket has. The query's `output_format`
+picks the audio (`pcm_<rate>`, `ulaw_8000`, `mp3_<rate>_<kbps>`), `voice_id` is a speaker name or
+a stored voice id, `language_code` and `seed` are used, and the model and text settings are taken
+and ignored: there is one model here, and it speaks text as it arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.datastructures import QueryParams
+from starlette.websockets import WebSocket
+
+from voicewire.client.languages import language_name
+from voicewire.server import protocol as p
+from voicewire.server.errors import ProtocolError
+
+MULTI = "multi-stream-input"
+SINGLE = "stream-input"
+SINGLE_CONTEXT = "0"  # stream-input's one context, by its v1 id
+DEFAULT_FORMAT = "mp3_44100_128"  # ElevenLabs' default
+INACTIVITY_S = (20, 180)  # the default, and the most `inactivity_timeout` may ask
+CLOSE = 1008  # ElevenLabs closes with 1008 (policy violation) after an error
+# A v1 ping the dialect sends itself, whose pong tells it that everything before it was written.
+_FINAL = "elevenlabs-final:"
+_CLOSE_SOCKET = "elevenlabs-close-socket"
+# Errors about the socket's settings, after which ElevenLabs closes it.
+_SETUP = frozenset({"invalid_voice", "invalid_format", "invalid_options", "unauthorized", "forbidden_origin"})
+# Their names on ElevenLabs' side, where it has one.
+_NAMES = {
+    "idle_timeout": "input_timeout_exceeded",
+    "too_many_contexts": "max_active_conversations",
+    "invalid_message": "invalid_input_message",
+    "bad_message": "invalid_input_message",
+    "unauthorized": "auth_error",
+}
+_FORMAT = re.compile(r"(pcm|ulaw|mp3)_(\d+)(?:_(\d+))?")
+
+
+def output_format(name: str) -> dict[str, Any]:
+    """An ElevenLabs `output_format` as v1's `format` (its rates are checked by the encoder)."""
+    match = _FORMAT.fullmatch(name)
+    if match is None:
+        raise ProtocolError(
+            "invalid_format", f"output_format {name!r}: use pcm_<rate>, ulaw_8000 or mp3_<rate>_<kbps>"
+        )
+    kind, rate, kbps = match.group(1), int(match.group(2)), match.group(3)
+    if kind == "mp3":
+        if kbps is None:
+            raise ProtocolError("invalid_format", f"output_format {name!r}: mp3 takes mp3_<rate>_<kbps>")
+        return {"encoding": "mp3", "sample_rate": rate, "bitrate": int(kbps) * 1000}
+    if kbps is not None:
+        raise ProtocolError("invalid_format", f"output_format {name!r}: {kind} takes {kind}_<rate>")
+    return {"encoding": "pcm_s16le" if kind == "pcm" else "mulaw", "sample_rate": rate}
+
+
+@dataclass(frozen=True)
+class Query:
+    """What the socket's query string sets; everything else there is accepted and ignored."""
+
+    format: dict[str, Any]
+    language: str | None = None
+    seed: int | None = None
+    inactivity_s: float = INACTIVITY_S[0]
+    auto_mode: bool = False
+    key: str | None = None  # `xi_api_key` or `authorization` in the query
+
+    @classmethod
+    def parse(cls, query: QueryParams) -> Query:
+        fmt = output_format(query.get("output_format") or DEFAULT_FORMAT)
+        timeout = _number(query, "inactivity_timeout", INACTIVITY_S[0])
+        if not 1 <= timeout <= INACTIVITY_S[1]:
+            raise ProtocolError("invalid_options", f"inactivity_timeout is 1 to {INACTIVITY_S[1]} seconds")
+        seed = query.get("seed")
+        if seed is not None and not seed.isdigit():
+            raise ProtocolError("invalid_options", "seed is a whole number")
+        return cls(
+            format=fmt,
+            language=language_name(query.get("language_code")),
+            seed=int(seed) if seed is not None else None,
+            inactivity_s=timeout,
+            auto_mode=query.get("auto_mode", "false").lower() == "true",
+            key=query.get("xi_api_key") or query.get("authorization"),
+        )
+
+
+def _number(query: QueryParams, name: str, default: float) -> float:
+    value = query.get(name)
+    if value is None:
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise ProtocolError("invalid_options", f"{name} is a number, got {value!r}") from None
+
+
+@dataclass
+class _Context:
+    """One ElevenLabs context, as the dialect tracks it beside the session's."""
+
+    opened: bool = False  # text went to the session: its v1 context exists
+    closed: bool = False  # close_context (or stream-input's end) was read
+    bare_flush: bool = False  # the last thing read was a flush with no new text
+    spaced: bool = True  # the text sent so far ends in whitespace (or none was sent)
+    space_owed: bool = False  # a whitespace-only message came: the next text is a new word
+    final: bool = False  # its final message was written
+    last_char: int = 0  # end_char of the last word aligned
+    aligned: list[p.WordTiming] = field(default_factory=list)  # words not yet in an audio message
+
+
+class ElevenLabsDialect:
+    """One socket's translation. `multi`: multi-stream-input (contexts by `context_id`), else
+    stream-input (one utterance; the socket closes after its final message)."""
+
+    def __init__(self, voice_id: str, query: Query, multi: bool) -> None:
+        self.voice_id = voice_id
+        self.query = query
+        self.multi = multi
+        self.first_frame: str | None = None  # read before the session, for its credentials
+        self._contexts: dict[str, _Context] = {}
+        self._closing = False  # close_socket, or stream-input's end: close once all is final
+        self._rate = int(query.format["sample_rate"])
+
+    def opening(self) -> list[Any]:
+        """The session's `start` (from the path and query), then the first frame's messages."""
+        voice: dict[str, Any] = (
+            {"id": self.voice_id} if self.voice_id.startswith("voice_") else {"speaker": self.voice_id}
+        )
+        if self.query.language:
+            voice["language"] = self.query.language
+        start: dict[str, Any] = {
+            "type": "start",
+            "voice": voice,
+            "format": self.query.format,
+            "timestamps": "words",
+        }
+        if self.query.seed is not None:
+            start["sampling"] = {"seed": self.query.seed}
+        messages: list[Any] = [p.client_message.validate_python(start)]
+        if self.first_frame is not None:
+            messages += self.read(self.first_frame, None)
+        return messages
+
+    # --- client frames -> v1 -------------------------------------------------------------------
+
+    def read(self, text: str | None, data: bytes | None) -> list[Any]:
+        if text is None:
+            raise ProtocolError("wrong_frame_type", "ElevenLabs' sockets take JSON text frames")
+        try:
+            message = json.loads(text)
+        except (ValueError, RecursionError):
+            raise ProtocolError("bad_message", "the frame is not valid JSON") from None
+        if not isinstance(message, dict):
+            raise ProtocolError("bad_message", "a message is a JSON object")
+        if message.get("close_socket") is True:
+            return self._close_socket()
+        context_id = self._context_id(message)
+        words = message.get("text")
+        if words is not None and not isinstance(words, str):
+            raise ProtocolError("invalid_message", "text is a string", context_id)
+        flush = message.get("flush") is True
+        context = self._contexts.setdefault(context_id, _Context())
+        out: list[Any] = []
+        if words and words.strip():
+            if context.closed:
+                raise ProtocolError("context_closed", f"context {context_id!r} was closed", context_id)
+            out.append(
+                p.Text(type="text", context_id=context_id, text=self._joined(context, words), flush=flush)
+            )
+            context.opened, context.bare_flush = True, False
+        elif words:  # whitespace only: the opening " ", or a keep-alive; a word break all the same
+            context.space_owed = context.opened
+        elif not self.multi and words == "" and not flush:  # stream-input's end of input
+            return self._end_single(context)
+        if flush and not (words and words.strip()):
+            context.bare_flush = True
+            if context.opened and not context.closed:
+                out.append(p.Flush(type="flush", context_id=context_id))
+        if message.get("close_context") is True and self.multi:
+            out += self._close_context(context_id, context)
+        return out
+
+    def _context_id(self, message: dict[str, Any]) -> str:
+        if not self.multi:
+            return SINGLE_CONTEXT
+        context_id = message.get("context_id", message.get("contextId"))
+        if context_id is None:
+            return "default"  # ElevenLabs' own name for a context never named
+        if not isinstance(context_id, str) or not 0 < len(context_id) <= 64:
+            raise ProtocolError("invalid_message", "context_id is a string of 1 to 64 characters")
+        return context_id
+
+    def _joined(self, context: _Context, words: str) -> str:
+        """Text as the session gets it. A message that starts a new word gets a space before it: after
+        a whitespace-only message, or in auto_mode, where each message is a whole sentence (Pipecat
+        sends sentences without the space between them); otherwise pieces run on as sent (tokens)."""
+        owed = context.space_owed or (self.query.auto_mode and context.opened)
+        if owed and not context.spaced and not words[0].isspace():
+            words = " " + words
+        context.space_owed = False
+        context.spaced = words[-1].isspace()
+        return words
+
+    def _close_context(self, context_id: str, context: _Context) -> list[Any]:
+        """close_context: after a flush with nothing new (a reply's end) the context finishes what
+        was flushed; otherwise (a barge-in) it stops now. Its final message follows either way."""
+        if context.closed:
+            return []
+        context.closed = True
+        if not context.opened:
+            return [p.Ping(type="ping", id=_FINAL + context_id)]  # nothing to speak: final at once
+        return [
+            p.End(type="end", context_id=context_id)
+            if context.bare_flush
+            else p.Cancel(type="cancel", context_id=context_id)
+        ]
+
+    def _end_single(self, context: _Context) -> list[Any]:
+        self._closing = True
+        if context.closed:
+            return []
+        context.closed = True
+        if not context.opened:
+            return [p.Ping(type="ping", id=_FINAL + SINGLE_CONTEXT)]
+        return [p.End(type="end", context_id=SINGLE_CONTEXT)]
+
+    def _close_socket(self) -> list[Any]:
+        """Every context finishes what it was given, then the socket closes."""
+        self._closing = True
+        out: list[Any] = []
+        for context_id, context in self._contexts.items():
+            if context.opened and not context.closed:
+                context.closed = True
+                out.append(p.End(type="end", context_id=context_id))
+        return [*out, p.Ping(type="ping", id=_CLOSE_SOCKET)]
+
+    # --- v1 -> ElevenLabs frames ---------------------------------------------------------------
+
+    def write(self, message: p.ServerMessage) -> list[str | bytes]:
+        if isinstance(message, p.Audio):
+            context = self._contexts.get(message.context_id)
+            alignment = self._alignment(context, message.pts)
+            return [
+                self._frame(message.context_id, audio=base64.b64encode(message.data).decode(), **alignment)
+            ]
+        if isinstance(message, p.Words):
+            context = self._contexts.get(message.context_id)
+            if context is not None:
+                context.aligned += message.words
+            return []
+        if isinstance(message, p.Done | p.Cancelled):
+            context = self._contexts.get(message.context_id)
+            out = []
+            if context is not None and context.aligned:  # the last words, after the last audio
+                out.append(self._frame(message.context_id, audio="", **self._alignment(context, None)))
+            return [*out, self._final(message.context_id)]
+        if isinstance(message, p.Pong) and isinstance(message.id, str) and message.id.startswith(_FINAL):
+            return [self._final(message.id[len(_FINAL) :])]
+        if isinstance(message, p.Error):
+            return [self._error(message)]
+        return []  # progress, flushed, ready, pong: ElevenLabs has no word for them
+
+    def closes_after(self, message: p.ServerMessage) -> int | None:
+        """After an error about the socket's settings, 1008 (as ElevenLabs); after the last final
+        message of a socket told to close (close_socket, stream-input's end), 1000."""
+        if isinstance(message, p.Error) and message.code in _SETUP:
+            return CLOSE
+        if self._closing and isinstance(message, p.Done | p.Cancelled | p.Pong) and not self._open():
+            return 1000
+        return None
+
+    def close_code(self, error: ProtocolError) -> int:
+        return CLOSE
+
+    def _open(self) -> bool:
+        """Whether a context still owes its final message."""
+        return any(c.opened and not c.final for c in self._contexts.values())
+
+    def _frame(self, context_id: str, **fields: Any) -> str:
+        if self.multi:
+            fields["contextId"] = context_id
+        fields["isFinal"] = False
+        return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+
+    def _final(self, context_id: str) -> str:
+        context = self._contexts.get(context_id)
+        if context is not None:
+            context.closed = context.final = True
+        fields: dict[str, Any] = {"isFinal": True}
+        if self.multi:
+            fields["contextId"] = context_id
+        else:
+            fields.update(audio=None, alignment=None, normalizedAlignment=None)
+        return json.dumps(fields, separators=(",", ":"))
+
+    def _error(self, error: p.Error) -> str:
+        fields: dict[str, Any] = {
+            "message": error.message,
+            "error": _NAMES.get(error.code, error.code),
+            "code": CLOSE,
+        }
+        if error.context_id is not None and self.multi:
+            fields["contextId"] = error.context_id
+        return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+
+    def _alignment(self, context: _Context | None, pts: int | None) -> dict[str, Any]:
+        """The words that arrived since the last audio message, as characters: each word's (and the
+        space after it) spread over its span, in ms from this message's first sample (a word that
+        began earlier starts at 0). Approximate, as the word timing is (docs/compat.md)."""
+        if context is None or not context.aligned:
+            return {"alignment": None, "normalizedAlignment": None}
+        base = pts if pts is not None else context.aligned[0].start
+        chars: list[str] = []
+        starts: list[int] = []
+        durations: list[int] = []
+        for word in context.aligned:
+            text = word.text
+            if word.start_char > context.last_char > 0:  # a space before it (none in Chinese)
+                text = " " + text
+            context.last_char = word.end_char
+            begin = max(word.start - base, 0) * 1000 / self._rate
+            span = max(word.end - max(word.start, base), 0) * 1000 / self._rate
+            for i, char in enumerate(text):
+                chars.append(char)
+                starts.append(round(begin + span * i / len(text)))
+                durations.append(round(span / len(text)))
+        context.aligned = []
+        alignment = {"chars": chars, "charStartTimesMs": starts, "charDurationsMs": durations}
+        return {"alignment": alignment, "normalizedAlignment": alignment}
+
+
+def refusal(error: ProtocolError, multi: bool) -> str:
+    """An error before the socket has a session (a bad query), in ElevenLabs' shape."""
+    message = p.Error(code=error.code, message=error.message, context_id=None, fatal=True)
+    return ElevenLabsDialect("", Query(format={"sample_rate": 24000}), multi)._error(message)
+
+
+async def credentials(websocket: WebSocket, dialect: ElevenLabsDialect, open_server: bool) -> dict[str, str]:
+    """The caller's key as the `Authorization` header Auth checks: the `xi-api-key` header, the
+    query's `xi_api_key` / `authorization`, or (read ahead, and kept for the session) the first
+    message's `xi_api_key` / `authorization`. A key may be one of ours or a browser token."""
+    key = websocket.headers.get("xi-api-key") or dialect.query.key
+    if key is None and not open_server:
+        try:
+            first = await asyncio.wait_for(websocket.receive_text(), dialect.query.inactivity_s)
+        except (TimeoutError, KeyError):  # no frame, or a binary one
+            raise ProtocolError("unauthorized", "no credentials: send the xi-api-key header") from None
+        dialect.first_frame = first
+        with contextlib.suppress(ValueError, AttributeError):
+            fields = json.loads(first)
+            key = fields.get("xi_api_key") or fields.get("authorization")
+    headers = {"authorization": f"Bearer {_bare(key)}"} if key else {}
+    if "origin" in websocket.headers:
+        headers["origin"] = websocket.headers["origin"]
+    return headers
+
+
+def _bare(key: str) -> str:
+    return key[7:].strip() if key.lower().startswith("bearer ") else key.strip()
