@@ -31,7 +31,7 @@ __all__ = [
     "stream_url",
 ]
 
-PCM_RATES = (8000, 16000, 24000, 44100, 48000)  # what `format.sample_rate` takes for PCM
+PCM_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)  # what `format.sample_rate` takes for PCM
 # Errors that come back the same however often the request is retried: a framework should stop
 # sending work rather than reconnect (a wrong key, a voice or format this server does not take).
 PERMANENT = frozenset(

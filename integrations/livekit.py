@@ -282,7 +282,7 @@ class TTS(tts.TTS):
         url: the server's base address (ws://, wss://, http:// or https://).
         language: a BCP 47 code or a name ("english"); None: the model's own detection.
         api_key: the server's API key (default: $VOICEWIRE_API_KEY; none for an open server).
-        sample_rate: output rate (8000, 16000, 24000, 44100 or 48000).
+        sample_rate: output rate (8000, 16000, 22050, 24000, 32000, 44100 or 48000).
         sampling: the talker's sampling; a `seed` makes each turn repeatable.
     """
 

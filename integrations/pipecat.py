@@ -77,7 +77,7 @@ class VoicewireTTSService(WebsocketTTSService):
         language: a Pipecat `Language`, a BCP 47 code or a name ("english"); None: the model's
             own detection.
         api_key: the server's API key (default: $VOICEWIRE_API_KEY; none for an open server).
-        sample_rate: output rate (8000, 16000, 24000, 44100 or 48000); default: the pipeline's.
+        sample_rate: output rate (8000, 16000, 22050, 24000, 32000, 44100 or 48000); default: the pipeline's.
         sampling: the talker's sampling; a `seed` makes each turn repeatable.
         text_aggregation_mode: SENTENCE (Pipecat's default) or TOKEN: voicewire speaks text as it
             arrives, so TOKEN starts speaking sooner.

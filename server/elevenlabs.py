@@ -5,7 +5,7 @@
 
 `ElevenLabsDialect` reads their JSON into v1 messages and writes v1's answers as theirs, so the
 session, engine, limits and metrics are the ones every socket has. The query's `output_format`
-picks the audio (`pcm_<rate>`, `ulaw_8000`, `mp3_<rate>_<kbps>`), `voice_id` is a speaker name or
+picks the audio (`pcm_<rate>`, `ulaw_8000`, `alaw_8000`, `mp3_<rate>_<kbps>`), `voice_id` is a speaker name or
 a stored voice id, `language_code` and `seed` are used, and the model and text settings are taken
 and ignored: there is one model here, and it speaks text as it arrives.
 """
@@ -46,7 +46,8 @@ _NAMES = {
     "bad_message": "invalid_input_message",
     "unauthorized": "auth_error",
 }
-_FORMAT = re.compile(r"(pcm|ulaw|mp3)_(\d+)(?:_(\d+))?")
+_FORMAT = re.compile(r"(pcm|ulaw|alaw|mp3)_(\d+)(?:_(\d+))?")
+_ENCODINGS = {"pcm": "pcm_s16le", "ulaw": "mulaw", "alaw": "alaw"}
 
 
 def output_format(name: str) -> dict[str, Any]:
@@ -54,7 +55,8 @@ def output_format(name: str) -> dict[str, Any]:
     match = _FORMAT.fullmatch(name)
     if match is None:
         raise ProtocolError(
-            "invalid_format", f"output_format {name!r}: use pcm_<rate>, ulaw_8000 or mp3_<rate>_<kbps>"
+            "invalid_format",
+            f"output_format {name!r}: use pcm_<rate>, ulaw_8000, alaw_8000 or mp3_<rate>_<kbps>",
         )
     kind, rate, kbps = match.group(1), int(match.group(2)), match.group(3)
     if kind == "mp3":
@@ -63,7 +65,7 @@ def output_format(name: str) -> dict[str, Any]:
         return {"encoding": "mp3", "sample_rate": rate, "bitrate": int(kbps) * 1000}
     if kbps is not None:
         raise ProtocolError("invalid_format", f"output_format {name!r}: {kind} takes {kind}_<rate>")
-    return {"encoding": "pcm_s16le" if kind == "pcm" else "mulaw", "sample_rate": rate}
+    return {"encoding": _ENCODINGS[kind], "sample_rate": rate}
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ class Ready(_Message):
     encoding: str
     sample_rate: int
     packet_samples: int  # opus: samples per packet; pcm/mulaw: 0 (chunks vary)
-    codec_delay: int  # opus: decoded samples to skip before the first real one (pre-skip); else 0
+    codec_delay: int  # opus, mp3: decoded samples to skip before the first real one (pre-skip); else 0
     max_contexts: int
 
 
