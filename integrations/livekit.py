@@ -361,6 +361,17 @@ class TTS(tts.TTS):
             self._sockets.clear()
 
 
+def _initialize(emitter: tts.AudioEmitter, sample_rate: int, stream: bool) -> None:
+    """The emitter takes the server's raw 16-bit PCM as it comes (`stream`: in segments)."""
+    emitter.initialize(
+        request_id=utils.shortuuid(),
+        sample_rate=sample_rate,
+        num_channels=1,
+        mime_type="audio/pcm",
+        stream=stream,
+    )
+
+
 class ChunkedStream(tts.ChunkedStream):
     """`TTS.synthesize`: one context with the whole text."""
 
@@ -369,12 +380,7 @@ class ChunkedStream(tts.ChunkedStream):
         self._tts: TTS = tts
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        output_emitter.initialize(
-            request_id=utils.shortuuid(),
-            sample_rate=self._tts.sample_rate,
-            num_channels=1,
-            mime_type="audio/pcm",
-        )
+        _initialize(output_emitter, self._tts.sample_rate, stream=False)
         if not self._input_text.strip():
             return
         context = await self._tts._context(self._conn_options.timeout)
@@ -394,13 +400,7 @@ class SynthesizeStream(tts.SynthesizeStream):
         self._tts: TTS = tts
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        output_emitter.initialize(
-            request_id=utils.shortuuid(),
-            sample_rate=self._tts.sample_rate,
-            num_channels=1,
-            mime_type="audio/pcm",
-            stream=True,
-        )
+        _initialize(output_emitter, self._tts.sample_rate, stream=True)
         first = None
         async for item in self._input_ch:  # a flush before any text has nothing to flush
             if isinstance(item, str):

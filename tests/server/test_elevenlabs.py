@@ -52,6 +52,16 @@ async def _until_final(ws: ClientConnection, context: str | None = None) -> list
             return seen
 
 
+async def _last_before_close(ws: ClientConnection) -> tuple[dict, int]:
+    """The last message before the server closed the socket, and its close code."""
+    message: dict = {}
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            message = json.loads(await ws.recv())
+    assert closed.value.rcvd is not None
+    return message, closed.value.rcvd.code
+
+
 def _pcm(messages: list[dict], context: str | None = None) -> np.ndarray:
     data = b"".join(
         base64.b64decode(m["audio"]) for m in messages if m.get("audio") and m.get("contextId") == context
@@ -204,11 +214,7 @@ def test_refusals_are_that_apis_errors_then_a_1008_close(server, key, query, err
         async with _open(_url(server, "multi-stream-input", **query), key=key) as ws:
             if key is None:  # the server waits for a first message that may hold the key
                 await ws.send(json.dumps({"text": " ", "context_id": "a"}))
-            with pytest.raises(ConnectionClosed) as closed:
-                while True:
-                    message = json.loads(await ws.recv())
-        assert closed.value.rcvd is not None
-        return message, closed.value.rcvd.code
+            return await _last_before_close(ws)
 
     message, code = asyncio.run(run())
     assert message["error"] == error and message["code"] == 1008 and message["message"]
@@ -244,11 +250,7 @@ def test_an_unknown_voice_is_refused_and_malformed_json_is_not_fatal(server) -> 
 def test_no_text_for_the_inactivity_timeout_closes_the_socket(server) -> None:
     async def run() -> tuple[dict, int]:
         async with _open(_url(server, "stream-input", inactivity_timeout="1")) as ws:
-            with pytest.raises(ConnectionClosed) as closed:
-                while True:
-                    message = json.loads(await ws.recv())
-        assert closed.value.rcvd is not None
-        return message, closed.value.rcvd.code
+            return await _last_before_close(ws)
 
     message, code = asyncio.run(run())
     assert message["error"] == "input_timeout_exceeded" and code == 1008
