@@ -27,6 +27,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
 MSGPACK = "voicewire.v1.msgpack"
+DECODED = ("opus", "pcm_s16le", "pcm_f32le", "mulaw", "alaw")  # the encodings it hands out as PCM (not mp3)
 __all__ = ["Client", "ClientContext", "ServerError", "http_url", "ws_url"]
 _SCHEMES = (("ws://", "http://"), ("wss://", "https://"))
 
@@ -144,6 +145,10 @@ class ClientContext:
             pcm = np.frombuffer(data, "<i2").astype(np.float32) / 32767.0
         elif encoding == "pcm_f32le":
             pcm = np.frombuffer(data, "<f4").copy()
+        elif encoding == "alaw":
+            from voicewire.server.encoder import alaw_decode
+
+            pcm = alaw_decode(data)
         else:
             from voicewire.server.encoder import mulaw_decode
 
@@ -195,6 +200,9 @@ class Client:
     ) -> Client:
         """Open `url` (ws://host:port; http:// is taken too), send `start`, wait for `ready`.
         Raises ValueError for an address that is not one, OSError when it cannot be reached."""
+        format = format or {"encoding": "opus", "sample_rate": 48000}
+        if format.get("encoding") not in DECODED:
+            raise ValueError(f"this client decodes {', '.join(DECODED)}, not {format.get('encoding')!r}")
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
         query = f"?token={quote(token)}" if token else ""
         ws = await connect(
@@ -202,11 +210,7 @@ class Client:
             subprotocols=[Subprotocol(MSGPACK)],
             additional_headers=headers,
         )
-        message = {
-            "type": "start",
-            "voice": voice or {},
-            "format": format or {"encoding": "opus", "sample_rate": 48000},
-        }
+        message = {"type": "start", "voice": voice or {}, "format": format}
         await ws.send(msgpack.packb({**message, **start}))
         ready = msgpack.unpackb(await ws.recv())
         if ready["type"] != "ready":

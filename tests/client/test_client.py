@@ -156,3 +156,21 @@ def test_words_and_what_was_heard(server) -> None:
     # The same greedy text: the words that started before the heard sample, as in the whole turn.
     started = [w for w in words if w["start"] < heard]
     assert cut.done["heard_text"] == (TEXT[: started[-1]["end_char"]] if started else "")
+
+
+def test_g711_decodes_to_the_reported_samples_and_mp3_is_refused_up_front(server) -> None:
+    async def run(encoding: str) -> tuple[np.ndarray, dict]:
+        fmt = {"encoding": encoding, "sample_rate": 8000}
+        async with await Client.connect(
+            server.url, voice={"speaker": "vivian"}, format=fmt, sampling={"greedy": True}, max_frames=FRAMES
+        ) as client:
+            context = client.context()
+            await context.push(TEXT)
+            await context.end()
+            return await context.read_all(), context.done or {}
+
+    (alaw, done_a), (mulaw, _) = asyncio.run(run("alaw")), asyncio.run(run("mulaw"))
+    assert alaw.shape == (done_a["samples"],) == (FRAMES * 640,) == mulaw.shape
+    assert np.corrcoef(alaw, mulaw)[0, 1] > 0.99  # the same greedy audio, two G.711 laws
+    with pytest.raises(ValueError, match="not 'mp3'"):
+        asyncio.run(run("mp3"))
