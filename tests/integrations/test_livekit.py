@@ -27,7 +27,9 @@ from tests.frameworks_env import REPO, framework_python, run_framework
 from tests.serve import Served, voicewire_serve
 from voicewire.client import Client
 
-LIVEKIT = ["livekit-agents==1.8.2"]
+# One venv for every LiveKit test: voicewire's plugin here, ElevenLabs' plugin and the official
+# elevenlabs SDK in tests/integrations/test_elevenlabs_clients.py.
+LIVEKIT = ["livekit-agents==1.8.2", "livekit-plugins-elevenlabs==1.8.2", "elevenlabs==2.78.0"]
 KEY = "livekit-test-key"
 VOICE = "ryan"
 RATE = 16000  # not the model's 24 kHz: the server resamples, and the plugin asks for this rate
