@@ -257,7 +257,12 @@ async def _warm_up(engine: EngineClient) -> None:
     started = time.monotonic()
     reasons = [await one()]
     reasons += await asyncio.gather(*(one() for _ in range(min(3, engine.config.max_streams))))
-    log.info("engine warm in %.1f s: %s", time.monotonic() - started, ", ".join(reasons))
+    ended = (
+        "each ended at its frame cap" if set(reasons) == {"max_frames"} else f"ended by {', '.join(reasons)}"
+    )
+    log.info(
+        "the engine is warm: %d short streams in %.1f s, %s", len(reasons), time.monotonic() - started, ended
+    )
 
 
 class BackgroundServer:
