@@ -118,6 +118,8 @@ class _Context:
     spaced: bool = True  # the text sent so far ends in whitespace (or none was sent)
     space_owed: bool = False  # a whitespace-only message came: the next text is a new word
     final: bool = False  # its final message was written
+    cancelled: bool = False  # a cancel went to the session
+    held: list[p.Audio] = field(default_factory=list)  # this chunk's audio, until its words are in
     last_char: int = 0  # end_char of the last word aligned
     aligned: list[p.WordTiming] = field(default_factory=list)  # words not yet in an audio message
 
@@ -219,15 +221,19 @@ class ElevenLabsDialect:
         """close_context: after a flush with nothing new (a reply's end) the context finishes what
         was flushed; otherwise (a barge-in) it stops now. Its final message follows either way."""
         if context.closed:
+            # Closed after its flush and still speaking: a barge-in after the whole reply was sent
+            # (Pipecat closes a context at its reply's end, and again when the listener interrupts).
+            if context.opened and not context.final and not context.cancelled:
+                context.cancelled = True
+                return [p.Cancel(type="cancel", context_id=context_id)]
             return []
         context.closed = True
         if not context.opened:
             return [p.Ping(type="ping", id=_FINAL + context_id)]  # nothing to speak: final at once
-        return [
-            p.End(type="end", context_id=context_id)
-            if context.bare_flush
-            else p.Cancel(type="cancel", context_id=context_id)
-        ]
+        if context.bare_flush:
+            return [p.End(type="end", context_id=context_id)]
+        context.cancelled = True
+        return [p.Cancel(type="cancel", context_id=context_id)]
 
     def _end_single(self, context: _Context) -> list[Any]:
         self._closing = True
@@ -251,28 +257,43 @@ class ElevenLabsDialect:
     # --- v1 -> ElevenLabs frames ---------------------------------------------------------------
 
     def write(self, message: p.ServerMessage) -> list[str | bytes]:
-        if isinstance(message, p.Audio):
+        if isinstance(message, p.Audio | p.Words | p.ChunkSent):
             context = self._contexts.get(message.context_id)
-            alignment = self._alignment(context, message.pts)
-            return [
-                self._frame(message.context_id, audio=base64.b64encode(message.data).decode(), **alignment)
-            ]
-        if isinstance(message, p.Words):
-            context = self._contexts.get(message.context_id)
-            if context is not None:
+            if context is None:
+                return []
+            if isinstance(message, p.Audio):  # its words come after it: the chunk's audio waits for them
+                context.held.append(message)
+            elif isinstance(message, p.Words):
                 context.aligned += message.words
+            else:  # the context's last message waits on: its last words are timed just before `done`
+                return self._release(context, keep_last=bool(context.held) and context.held[-1].final)
             return []
         if isinstance(message, p.Done | p.Cancelled):
             context = self._contexts.get(message.context_id)
-            out = []
-            if context is not None and context.aligned:  # the last words, after the last audio
-                out.append(self._frame(message.context_id, audio="", **self._alignment(context, None)))
+            if context is None or context.final:  # a second answer (a cancel crossed its done)
+                return []
+            out = self._release(context) if isinstance(message, p.Done) else []
+            if context.aligned and isinstance(message, p.Done):  # timed after the last audio went out
+                alignment = self._alignment(context, 0, 0, last=True)  # at its end, taking no time
+                out.append(
+                    self._frame(
+                        message.context_id, audio="", alignment=alignment, normalizedAlignment=alignment
+                    )
+                )
+            context.held = []  # a cancelled context's audio stops at the cancel
             return [*out, self._final(message.context_id)]
         if isinstance(message, p.Pong) and isinstance(message.id, str) and message.id.startswith(_FINAL):
             return [self._final(message.id[len(_FINAL) :])]
         if isinstance(message, p.Error):
             return [self._error(message)]
         return []  # progress, flushed, ready, pong: ElevenLabs has no word for them
+
+    def _release(self, context: _Context, keep_last: bool = False) -> list[str | bytes]:
+        """A chunk's audio, each message with the characters spoken in it (`keep_last`: all but
+        the context's last message, which waits for its last words)."""
+        cut = len(context.held) - 1 if keep_last else len(context.held)
+        held, context.held = context.held[:cut], context.held[cut:]
+        return [self._audio(context, audio, last=i == len(held) - 1) for i, audio in enumerate(held)]
 
     def closes_after(self, message: p.ServerMessage) -> int | None:
         """After an error about the socket's settings, 1008 (as ElevenLabs); after the last final
@@ -317,30 +338,45 @@ class ElevenLabsDialect:
             fields["contextId"] = error.context_id
         return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
 
-    def _alignment(self, context: _Context | None, pts: int | None) -> dict[str, Any]:
-        """The words that arrived since the last audio message, as characters: each word's (and the
-        space after it) spread over its span, in ms from this message's first sample (a word that
-        began earlier starts at 0). Approximate, as the word timing is (docs/compat.md)."""
-        if context is None or not context.aligned:
-            return {"alignment": None, "normalizedAlignment": None}
-        base = pts if pts is not None else context.aligned[0].start
+    def _audio(self, context: _Context, audio: p.Audio, last: bool) -> str:
+        alignment = self._alignment(context, audio.pts, audio.samples, last)
+        data = base64.b64encode(audio.data).decode()
+        return self._frame(audio.context_id, audio=data, alignment=alignment, normalizedAlignment=alignment)
+
+    def _alignment(self, context: _Context, pts: int, samples: int, last: bool) -> dict[str, Any]:
+        """The characters spoken in an audio message, timed in ms from its first sample, as
+        ElevenLabs times them: each word's (with the space before it) spread over its span. A word
+        whose timing came only after its audio was sent starts this message (at 0). (The session
+        times words as a chunk's audio goes out; the chunk's audio waits for them: `ChunkSent`.) Their times run
+        to the message's end, so a client that adds up the messages' alignments (Pipecat) keeps
+        pace with the audio; a message in which no word begins carries one empty character for its
+        length.
+        Approximate, as the word timing is (docs/compat.md)."""
+        ms = 1000 / self._rate
         chars: list[str] = []
-        starts: list[int] = []
-        durations: list[int] = []
-        for word in context.aligned:
+        bounds: list[float] = []
+        # The chunk's last message takes every word timed so far; one before it, those begun in it.
+        taken = len(context.aligned) if last else sum(w.start < pts + samples for w in context.aligned)
+        for word in context.aligned[:taken]:
             text = word.text
             if word.start_char > context.last_char > 0:  # a space before it (none in Chinese)
                 text = " " + text
             context.last_char = word.end_char
-            begin = max(word.start - base, 0) * 1000 / self._rate
-            span = max(word.end - max(word.start, base), 0) * 1000 / self._rate
-            for i, char in enumerate(text):
-                chars.append(char)
-                starts.append(round(begin + span * i / len(text)))
-                durations.append(round(span / len(text)))
-        context.aligned = []
-        alignment = {"chars": chars, "charStartTimesMs": starts, "charDurationsMs": durations}
-        return {"alignment": alignment, "normalizedAlignment": alignment}
+            begin = min(max(word.start - pts, 0), samples)
+            end = min(max(word.end - pts, begin), samples)
+            for i in range(len(text)):
+                chars.append(text[i])
+                bounds.append((begin + (end - begin) * i / len(text)) * ms)
+        del context.aligned[:taken]
+        if not chars:  # an empty character, so joined characters still spell the text
+            chars, bounds = [""], [0.0]
+        starts = [round(b) for b in bounds]
+        ends = [*starts[1:], round(samples * ms)]
+        return {
+            "chars": chars,
+            "charStartTimesMs": starts,
+            "charDurationsMs": [max(e - b, 0) for b, e in zip(starts, ends, strict=True)],
+        }
 
 
 def refusal(error: ProtocolError, multi: bool) -> str:

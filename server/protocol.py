@@ -186,4 +186,12 @@ class Pong(_Message):
     id: str | int | None = None
 
 
-ServerMessage = Ready | Audio | Progress | Words | Flushed | Done | Cancelled | Error | Pong
+class ChunkSent(_Message):
+    """Never on the wire (v1's Codec writes nothing for it): all of one engine chunk's messages (its
+    audio, progress and words) are out, for a dialect that sends a chunk's audio and words together."""
+
+    type: Literal["chunk_sent"] = "chunk_sent"
+    context_id: str
+
+
+ServerMessage = Ready | Audio | Progress | Words | Flushed | Done | Cancelled | Error | Pong | ChunkSent

@@ -19,7 +19,7 @@ from websockets.exceptions import InvalidState, PayloadTooBig
 from websockets.frames import CloseCode, Frame, Opcode
 
 from voicewire.server.errors import ProtocolError
-from voicewire.server.protocol import CLIENT_TYPES, Error, ServerMessage, client_message
+from voicewire.server.protocol import CLIENT_TYPES, ChunkSent, Error, ServerMessage, client_message
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class Codec:
         return [self.decode(text, data)]
 
     def write(self, message: ServerMessage) -> list[str | bytes]:
-        return [self.encode(message)]
+        return [] if isinstance(message, ChunkSent) else [self.encode(message)]
 
     def closes_after(self, message: ServerMessage) -> int | None:
         return None

@@ -128,6 +128,10 @@ def test_a_context_speaks_v1s_audio_with_alignment_and_finishes_on_close(server)
     spelled, starts = _alignment(seen)
     assert spelled == text.strip()  # every character once, words spaced as sent
     assert all(s == sorted(s) and s[0] >= 0 for s in starts)
+    for message in seen:  # each message's characters run to its end: added up, they keep pace
+        if message.get("audio"):
+            alignment, ms = message["alignment"], len(base64.b64decode(message["audio"])) // 2 / 24
+            assert alignment["charStartTimesMs"][-1] + alignment["charDurationsMs"][-1] == round(ms)
 
 
 def test_close_context_without_a_flush_cancels_it_and_another_goes_on(server) -> None:
