@@ -61,11 +61,19 @@ def pip_install(python: Path) -> list[str]:
 _pointed: set[Path] = set()
 
 
-def checkout_venv(name: str, key: list[str], build: Callable[[Path], list[list[str]]], base_env: str) -> Path:
+def checkout_venv(
+    name: str,
+    key: list[str],
+    build: Callable[[Path], list[list[str]]],
+    base_env: str,
+    with_dependencies: str | None = None,
+) -> Path:
     """The interpreter of a venv keyed by `key` (a new folder when it changes), built once by the
-    commands `build(python)` gives, with voicewire installed from this checkout (editable, without
-    its dependencies, so it runs the code under test; pointed again at this checkout once per
-    process, as a cached venv may point at another). `base_env` names the variable that may give
+    commands `build(python)` gives, with voicewire installed from this checkout (editable, so it
+    runs the code under test; pointed again at this checkout once per process, as a cached venv
+    may point at another). Without its dependencies, unless `with_dependencies` names the extras
+    to install it with (`dev`): then they are installed again whenever pyproject.toml changes, so
+    a venv cached before a new dependency gets it. `base_env` names the variable that may give
     the Python to build it with."""
     venv = venv_folder(name, key)
     python = venv / "bin" / "python"
@@ -75,9 +83,20 @@ def checkout_venv(name: str, key: list[str], build: Callable[[Path], list[list[s
         venv.parent.mkdir(parents=True, exist_ok=True)
         base = os.environ.get(base_env, "python3")
         steps += [[base, "-m", "venv", "--clear", str(venv)], *build(python)]
-    if venv not in _pointed:
+    dependencies = venv / ".voicewire-dependencies"
+    wanted = _dependencies() if with_dependencies else ""
+    if with_dependencies and (not dependencies.exists() or dependencies.read_text() != wanted):
+        steps.append([*pip_install(python), "-e", f"{REPO}[{with_dependencies}]"])
+    elif venv not in _pointed:
         steps.append([*pip_install(python), "--no-deps", "-e", str(REPO)])
     run_steps(name, steps)
     stamp.touch()
+    if with_dependencies:
+        dependencies.write_text(wanted)
     _pointed.add(venv)
     return python
+
+
+def _dependencies() -> str:
+    """What pyproject.toml says, as it stands in this checkout (its dependency lists among it)."""
+    return hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()

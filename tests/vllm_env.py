@@ -26,10 +26,12 @@ def vllm_python() -> Path:
         return [
             [*pip_install(python), VLLM],
             [str(python), "-m", "pip", "uninstall", "-y", "-q", *UNWANTED],
-            [*pip_install(python), "-e", f"{REPO}[dev]"],  # voicewire's own dependencies
         ]
 
-    return checkout_venv("vllm", [VLLM, *UNWANTED], build, "VOICEWIRE_VLLM_BASE_PYTHON")
+    # voicewire's own dependencies too: `voicewire serve --backend vllm` runs the server from it.
+    return checkout_venv(
+        "vllm", [VLLM, *UNWANTED], build, "VOICEWIRE_VLLM_BASE_PYTHON", with_dependencies="dev"
+    )
 
 
 def run_vllm(script: str, *args: str, timeout: float = 900) -> tuple[dict, str]:

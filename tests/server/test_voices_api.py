@@ -422,7 +422,9 @@ def test_the_event_loop_answers_pings_while_a_voice_is_cloned(open_server) -> No
 
     response, waits = asyncio.run(run())
     assert response.status_code == 201, response.text
-    assert len(waits) >= 5 and max(waits) < 0.1, (len(waits), max(waits))
+    # The first ping goes out as the upload's thread starts, before the server has any of it: it
+    # times this process starting that thread, not the server.
+    assert len(waits) >= 5 and max(waits[1:]) < 0.1, (len(waits), waits[:3], max(waits[1:]))
 
 
 @pytest.mark.parametrize("ref_text", [None, REF_TEXT], ids=["xvector", "in_context"])
