@@ -285,7 +285,7 @@ class ElevenLabsDialect:
         if isinstance(message, p.Pong) and isinstance(message.id, str) and message.id.startswith(_FINAL):
             return [self._final(message.id[len(_FINAL) :])]
         if isinstance(message, p.Error):
-            return [self._error(message)]
+            return [error_frame(message, self.multi)]
         return []  # progress, flushed, ready, pong: ElevenLabs has no word for them
 
     def _release(self, context: _Context, keep_last: bool = False) -> list[str | bytes]:
@@ -327,16 +327,6 @@ class ElevenLabsDialect:
         else:
             fields.update(audio=None, alignment=None, normalizedAlignment=None)
         return json.dumps(fields, separators=(",", ":"))
-
-    def _error(self, error: p.Error) -> str:
-        fields: dict[str, Any] = {
-            "message": error.message,
-            "error": _NAMES.get(error.code, error.code),
-            "code": CLOSE,
-        }
-        if error.context_id is not None and self.multi:
-            fields["contextId"] = error.context_id
-        return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
 
     def _audio(self, context: _Context, audio: p.Audio, last: bool) -> str:
         alignment = self._alignment(context, audio.pts, audio.samples, last)
@@ -381,8 +371,19 @@ class ElevenLabsDialect:
 
 def refusal(error: ProtocolError, multi: bool) -> str:
     """An error before the socket has a session (a bad query), in ElevenLabs' shape."""
-    message = p.Error(code=error.code, message=error.message, context_id=None, fatal=True)
-    return ElevenLabsDialect("", Query(format={"sample_rate": 24000}), multi)._error(message)
+    return error_frame(p.Error(code=error.code, message=error.message, context_id=None, fatal=True), multi)
+
+
+def error_frame(error: p.Error, multi: bool) -> str:
+    """`{message, error, code, contextId?}`: ElevenLabs' name for the error where it has one."""
+    fields: dict[str, Any] = {
+        "message": error.message,
+        "error": _NAMES.get(error.code, error.code),
+        "code": CLOSE,
+    }
+    if error.context_id is not None and multi:
+        fields["contextId"] = error.context_id
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
 
 
 async def credentials(websocket: WebSocket, dialect: ElevenLabsDialect, open_server: bool) -> dict[str, str]:

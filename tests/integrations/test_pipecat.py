@@ -5,7 +5,6 @@ restarted server is joined on the next turn, and a refused key is a clear perman
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -18,8 +17,8 @@ import pytest
 
 from tests.frameworks_env import REPO, framework_python, run_framework
 from tests.serve import Served, voicewire_serve
+from tests.v1_reference import assert_same_start, v1_pcm16
 from tests.venvs import run_script
-from voicewire.client import Client
 
 PIPECAT = ["pipecat-ai==1.14.0"]
 EXAMPLE = REPO / "examples" / "pipecat_bot.py"
@@ -49,25 +48,6 @@ def server(tiny_checkpoints, tmp_path_factory) -> Iterator[Served]:
 def _drive(python: Path, config: dict, out: Path, timeout: float = 400) -> list[dict]:
     result, _ = run_framework(python, "pipecat/drive.py", json.dumps(config), str(out), timeout=timeout)
     return result["turns"]
-
-
-def _socket_audio(url: str, text: str) -> np.ndarray:
-    """The same text, voice and seed on the socket, as int16 PCM at the pipeline's rate."""
-
-    async def speak() -> np.ndarray:
-        async with await Client.connect(
-            url,
-            api_key=KEY,
-            voice={"speaker": "ryan"},
-            format={"encoding": "pcm_s16le", "sample_rate": RATE},
-            sampling={"seed": SEED},
-        ) as client:
-            context = client.context()
-            await context.push(text)
-            await context.end()
-            return await context.read_all()
-
-    return np.round(asyncio.run(speak()) * 32767).astype(np.int16)
 
 
 def _pcm(path: Path) -> np.ndarray:
@@ -104,12 +84,8 @@ def test_a_turn_plays_the_sockets_audio_with_word_timing(
     text = "".join(m["text"] for m in turn["messages"] if m["type"] == "progress")
     assert text.split() == "".join(pieces).split()
     heard = _pcm(tmp_path / "turn0.pcm")
-    expected = _socket_audio(server.url, text)
-    # The speech guard ends a turn some frames after its text is all in, which depends on when
-    # the text arrived: the two lengths may differ, the samples they share may not.
-    shared = min(heard.size, expected.size)
-    assert shared > 2 * RATE  # seconds of it: the guard's 3 s and more
-    np.testing.assert_array_equal(heard[:shared], expected[:shared])
+    expected = v1_pcm16(server.url, text, speaker="ryan", rate=RATE, api_key=KEY, sampling={"seed": SEED})
+    assert_same_start(heard, expected, more_than=2 * RATE)  # seconds of it: the guard's 3 s and more
     kinds = [m["type"] for m in turn["messages"]]
     assert kinds[-1] == "done" and "words" in kinds
     assert turn["messages"][-1]["samples"] == heard.size

@@ -18,7 +18,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from tests.server.conftest import RunningServer, running_server
-from voicewire.client import Client
+from tests.v1_reference import assert_same_start, v1_pcm16
 from voicewire.server.config import ServerConfig
 
 KEY = "el-test-key"
@@ -69,31 +69,6 @@ def _pcm(messages: list[dict], context: str | None = None) -> np.ndarray:
     return np.frombuffer(data, "<i2")
 
 
-def _v1_audio(server: RunningServer, text: str) -> np.ndarray:
-    async def speak() -> np.ndarray:
-        async with await Client.connect(
-            server.url,
-            api_key=KEY,
-            voice={"speaker": "vivian"},
-            format={"encoding": "pcm_s16le", "sample_rate": 24000},
-            sampling={"seed": SEED},
-        ) as client:
-            context = client.context()
-            await context.push(text)
-            await context.end()
-            return await context.read_all()
-
-    return np.round(asyncio.run(speak()) * 32767).astype(np.int16)
-
-
-def _same_prefix(heard: np.ndarray, expected: np.ndarray) -> None:
-    # The speech guard ends a context some frames after its text is all in, which depends on when
-    # the text arrived: lengths may differ, the samples both have may not.
-    shared = min(heard.size, expected.size)
-    assert shared > 24000  # over a second of it
-    np.testing.assert_array_equal(heard[:shared], expected[:shared])
-
-
 def _alignment(messages: list[dict]) -> tuple[str, list[list[int]]]:
     chars, starts = [], []
     for message in messages:
@@ -122,7 +97,8 @@ def test_a_context_speaks_v1s_audio_with_alignment_and_finishes_on_close(server)
 
     seen = asyncio.run(run())
     text = "".join(PIECES)
-    _same_prefix(_pcm(seen, "a"), _v1_audio(server, text))
+    expected = v1_pcm16(server.url, text, speaker="vivian", rate=24000, api_key=KEY, sampling={"seed": SEED})
+    assert_same_start(_pcm(seen, "a"), expected, more_than=24000)  # over a second of it
     assert seen[-1] == {"isFinal": True, "contextId": "a"}  # no audio in the final message
     assert all(m["isFinal"] is False for m in seen[:-1])
     spelled, starts = _alignment(seen)

@@ -17,32 +17,22 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from pipecat.frames.frames import (
-    EndFrame,
-    ErrorFrame,
-    Frame,
     InterruptionFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
     LLMTextFrame,
-    TTSAudioRawFrame,
     TTSSpeakFrame,
-    TTSStoppedFrame,
     TTSTextFrame,
 )
-from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.worker import PipelineParams, PipelineWorker
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.pipeline.worker import PipelineWorker
 from pipecat.services.tts_service import TextAggregationMode
-from pipecat.workers.runner import WorkerRunner
+from pipeline import Sink, audio_frames, run_pipeline, stopped, until
 
 from voicewire.integrations.pipecat import Sampling, VoicewireTTSService
-
-TURN_TIMEOUT_S = 120.0
 
 
 class Recorded(VoicewireTTSService):
@@ -59,44 +49,6 @@ class Recorded(VoicewireTTSService):
         await super()._on_message(message)
 
 
-class Sink(FrameProcessor):
-    """Collects what the service sends down (audio, words, stops) and up (errors)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.frames: list[Frame] = []
-        self.errors: list[str] = []
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if isinstance(frame, TTSAudioRawFrame | TTSTextFrame | TTSStoppedFrame):
-            self.frames.append(frame)
-        await self.push_frame(frame, direction)
-
-
-class Source(FrameProcessor):
-    """Sees the errors the service pushes upstream."""
-
-    def __init__(self, sink: Sink) -> None:
-        super().__init__()
-        self.sink = sink
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if isinstance(frame, ErrorFrame):
-            self.sink.errors.append(frame.error)
-        await self.push_frame(frame, direction)
-
-
-async def until(check: Any, what: str) -> None:
-    """Poll: what is awaited shows in the sink or in the service's messages."""
-    deadline = time.monotonic() + TURN_TIMEOUT_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} in {TURN_TIMEOUT_S} s")
-        await asyncio.sleep(0.02)
-
-
 async def run(config: dict[str, Any], out: Path) -> dict[str, Any]:
     mode = TextAggregationMode.TOKEN if config.get("tokens") else TextAggregationMode.SENTENCE
     tts = Recorded(
@@ -107,24 +59,11 @@ async def run(config: dict[str, Any], out: Path) -> dict[str, Any]:
         sampling=Sampling(seed=config["seed"]) if "seed" in config else None,
         text_aggregation_mode=mode,
     )
-    sink = Sink()
-    worker = PipelineWorker(
-        Pipeline([Source(sink), tts, sink]),
-        params=PipelineParams(audio_out_sample_rate=config["sample_rate"]),
-        cancel_on_idle_timeout=False,
-    )
-    started = asyncio.Event()
-
-    @worker.event_handler("on_pipeline_started")
-    async def _started(worker: Any, frame: Any) -> None:
-        started.set()
-
     turns: list[dict[str, Any]] = []
     errors = 0  # errors before the first turn (a refused start) count in it
 
-    async def drive() -> None:
+    async def drive(worker: PipelineWorker, sink: Sink) -> None:
         nonlocal errors
-        await asyncio.wait_for(started.wait(), 60)
         for number, turn in enumerate(config["turns"]):
             if turn.get("restart_before"):
                 (out / "stopping").touch()
@@ -140,7 +79,7 @@ async def run(config: dict[str, Any], out: Path) -> dict[str, Any]:
                     await worker.queue_frame(LLMTextFrame(piece))
                 await worker.queue_frame(LLMFullResponseEndFrame())
             if turn.get("interrupt_after_audio"):
-                await until(lambda first=first: _audio(sink.frames[first:]), "audio")
+                await until(lambda first=first: audio_frames(sink.frames[first:]), "audio")
                 await worker.queue_frame(InterruptionFrame())
                 # The server's answer to the cancel, then a moment for stray audio to show.
                 await until(
@@ -151,12 +90,9 @@ async def run(config: dict[str, Any], out: Path) -> dict[str, Any]:
             elif turn.get("expect_error"):
                 await until(lambda errors=errors: len(sink.errors) > errors, "error")
             else:
-                await until(
-                    lambda first=first: any(isinstance(f, TTSStoppedFrame) for f in sink.frames[first:]),
-                    "stop",
-                )
+                await until(lambda first=first: stopped(sink, first), "stop")
             frames = sink.frames[first:]
-            audio = _audio(frames)
+            audio = audio_frames(frames)
             (out / f"turn{number}.pcm").write_bytes(b"".join(f.audio for f in audio))
             turns.append(
                 {
@@ -173,24 +109,9 @@ async def run(config: dict[str, Any], out: Path) -> dict[str, Any]:
                 }
             )
             errors = len(sink.errors)
-        await worker.queue_frame(EndFrame())
 
-    runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(worker)
-
-    async def drive_or_cancel() -> None:
-        try:
-            await drive()
-        except BaseException:
-            await runner.cancel("the driver failed")  # or the pipeline would run on, and hang the test
-            raise
-
-    await asyncio.gather(runner.run(), drive_or_cancel())
+    await run_pipeline(tts, config["sample_rate"], drive)
     return {"turns": turns}
-
-
-def _audio(frames: list[Frame]) -> list[TTSAudioRawFrame]:
-    return [f for f in frames if isinstance(f, TTSAudioRawFrame)]
 
 
 if __name__ == "__main__":

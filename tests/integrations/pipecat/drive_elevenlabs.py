@@ -2,7 +2,7 @@
 a real `voicewire serve` (run in the Pipecat venv by tests/integrations/test_elevenlabs_clients.py)
 and print one JSON line of what came out of it.
 
-    drive_pipecat.py CONFIG_JSON OUT_FOLDER
+    drive_elevenlabs.py CONFIG_JSON OUT_FOLDER
 
 CONFIG: "url" (the server's ws:// base), "key", "voice", "sample_rate" (the pipeline's output
 rate) and "turns", run in order in one pipeline (one service, one socket): a turn is {"pieces":
@@ -22,29 +22,20 @@ import asyncio
 import base64
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from pipecat.frames.frames import (
-    EndFrame,
-    ErrorFrame,
-    Frame,
     InterruptionFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
     LLMTextFrame,
-    TTSAudioRawFrame,
-    TTSStoppedFrame,
     TTSTextFrame,
 )
-from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.worker import PipelineParams, PipelineWorker
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.pipeline.worker import PipelineWorker
 from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
-from pipecat.workers.runner import WorkerRunner
+from pipeline import Sink, audio_frames, run_pipeline, stopped, until
 
-TURN_TIMEOUT_S = 120.0
 traffic: list[dict[str, Any]] = []  # {"url"/"sent"/"read": ...}
 
 
@@ -88,43 +79,6 @@ class Recorded(ElevenLabsTTSService):
         await super().add_word_timestamps(word_times, context_id, **kwargs)
 
 
-class Sink(FrameProcessor):
-    """Collects what the service sends down (audio, words, stops) and up (errors)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.frames: list[Frame] = []
-        self.errors: list[str] = []
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if isinstance(frame, TTSAudioRawFrame | TTSTextFrame | TTSStoppedFrame):
-            self.frames.append(frame)
-        await self.push_frame(frame, direction)
-
-
-class Source(FrameProcessor):
-    """Sees the errors the service pushes upstream."""
-
-    def __init__(self, sink: Sink) -> None:
-        super().__init__()
-        self.sink = sink
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if isinstance(frame, ErrorFrame):
-            self.sink.errors.append(frame.error)
-        await self.push_frame(frame, direction)
-
-
-async def until(check: Any, what: str) -> None:
-    deadline = time.monotonic() + TURN_TIMEOUT_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} in {TURN_TIMEOUT_S} s")
-        await asyncio.sleep(0.02)
-
-
 def _final(context_id: str | None) -> bool:
     return any(t.get("read", {}).get("isFinal") and t["read"].get("contextId") == context_id for t in traffic)
 
@@ -135,22 +89,9 @@ async def run(config: dict[str, Any], out: Path) -> dict[str, Any]:
         url=config["url"],
         settings=ElevenLabsTTSService.Settings(voice=config["voice"], model="eleven_flash_v2_5"),
     )
-    sink = Sink()
-    worker = PipelineWorker(
-        Pipeline([Source(sink), tts, sink]),
-        params=PipelineParams(audio_out_sample_rate=config["sample_rate"]),
-        cancel_on_idle_timeout=False,
-    )
-    started = asyncio.Event()
-
-    @worker.event_handler("on_pipeline_started")
-    async def _started(worker: Any, frame: Any) -> None:
-        started.set()
-
     turns: list[dict[str, Any]] = []
 
-    async def drive() -> None:
-        await asyncio.wait_for(started.wait(), 60)
+    async def drive(worker: PipelineWorker, sink: Sink) -> None:
         for number, turn in enumerate(config["turns"]):
             first, seen, errors = len(sink.frames), len(traffic), len(sink.errors)
             timed = len(tts.word_times)
@@ -160,18 +101,15 @@ async def run(config: dict[str, Any], out: Path) -> dict[str, Any]:
             if turn.get("interrupt") != "before_end":
                 await worker.queue_frame(LLMFullResponseEndFrame())
             if turn.get("interrupt"):
-                await until(lambda first=first: _audio(sink.frames[first:]), "audio")
-                context = _audio(sink.frames[first:])[0].context_id
+                await until(lambda first=first: audio_frames(sink.frames[first:]), "audio")
+                context = audio_frames(sink.frames[first:])[0].context_id
                 await worker.queue_frame(InterruptionFrame())
                 await until(lambda context=context: _final(context), "final message")
                 await asyncio.sleep(1.0)  # for stray audio to show
             else:
-                await until(
-                    lambda first=first: any(isinstance(f, TTSStoppedFrame) for f in sink.frames[first:]),
-                    "stop",
-                )
+                await until(lambda first=first: stopped(sink, first), "stop")
             frames = sink.frames[first:]
-            audio = _audio(frames)
+            audio = audio_frames(frames)
             (out / f"turn{number}.pcm").write_bytes(b"".join(f.audio for f in audio))
             turns.append(
                 {
@@ -183,24 +121,9 @@ async def run(config: dict[str, Any], out: Path) -> dict[str, Any]:
                     "traffic": traffic[seen:],
                 }
             )
-        await worker.queue_frame(EndFrame())
 
-    runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(worker)
-
-    async def drive_or_cancel() -> None:
-        try:
-            await drive()
-        except BaseException:
-            await runner.cancel("the driver failed")  # or the pipeline would run on, and hang the test
-            raise
-
-    await asyncio.gather(runner.run(), drive_or_cancel())
+    await run_pipeline(tts, config["sample_rate"], drive)
     return {"turns": turns, "urls": [t["url"] for t in traffic if "url" in t]}
-
-
-def _audio(frames: list[Frame]) -> list[TTSAudioRawFrame]:
-    return [f for f in frames if isinstance(f, TTSAudioRawFrame)]
 
 
 if __name__ == "__main__":
