@@ -1,6 +1,9 @@
 """Audio encoders: the engine's 24 kHz float PCM -> what the client asked for, per context.
 
-Opus: 20 ms packets (opuslib), mono, 24 or 48 kHz. MP3: CBR mono (LAME via lameenc) at 22.05, 24,
+Opus: 20 ms packets (opuslib), mono, decoded at 24 or 48 kHz and always encoded from the engine's
+24 kHz: an Opus stream decodes at any rate, and the engine's audio has nothing above 12 kHz for a
+48 kHz encoder to code, so resampling first would only cost CPU (about a fifth of a worker's codec
+time at 48 kHz). MP3: CBR mono (LAME via lameenc) at 22.05, 24,
 44.1 or 48 kHz, one byte stream cut wherever LAME has output. PCM s16le/f32le at 8, 16, 22.05, 24,
 32, 44.1 or 48 kHz. mu-law and A-law (G.711) at 8 kHz. Other rates are resampled with soxr's
 streaming resampler, so chunk edges leave no trace. Every packet carries its pts and sample count in
@@ -124,14 +127,16 @@ class AudioEncoder:
         self.format = fmt
         self._resampler = (
             soxr.ResampleStream(ENGINE_RATE, fmt.sample_rate, 1, dtype="float32", quality="HQ")
-            if fmt.sample_rate != ENGINE_RATE
+            if fmt.sample_rate != ENGINE_RATE and fmt.encoding != "opus"
             else None
         )
+        # Opus: output samples per encoded one (the pts, counts and pre-skip are in output samples).
+        self._scale = fmt.sample_rate // ENGINE_RATE
         self._pts = 0  # output samples emitted
         self._pending = np.zeros(0, np.float32)  # Opus: samples short of a full packet
         self._opus: opuslib.Encoder | None = None
         if fmt.encoding == "opus":
-            self._opus = opuslib.Encoder(fmt.sample_rate, 1, opuslib.APPLICATION_AUDIO)
+            self._opus = opuslib.Encoder(ENGINE_RATE, 1, opuslib.APPLICATION_AUDIO)
             self._opus.bitrate = fmt.bitrate
             self._opus.complexity = fmt.complexity
         self._held = 0  # MP3: samples fed to LAME since its last output
@@ -155,7 +160,7 @@ class AudioEncoder:
         """Samples a decoder outputs before the first real sample: Opus's pre-skip, MP3_DELAY for
         MP3, 0 for the others."""
         if self._opus is not None:
-            return int(self._opus.lookahead)
+            return int(self._opus.lookahead) * self._scale
         return MP3_DELAY if self._lame is not None else 0
 
     def encode(self, pcm: np.ndarray, final: bool = False) -> list[Packet]:
@@ -187,12 +192,13 @@ class AudioEncoder:
 
     def _packets(self, pcm: np.ndarray, final: bool) -> list[Packet]:
         assert self._opus is not None
-        size = self.format.packet_samples
+        size = ENGINE_RATE * OPUS_PACKET_MS // 1000  # in the encoder's samples
+        lookahead = int(self._opus.lookahead)
         samples = np.concatenate((self._pending, pcm))
         valid = samples.shape[0]
         if final and (valid or self._pts):  # flush even when the last chunk is empty
             # Push the encoder's lookahead out too, then pad to whole packets; `samples` stays true.
-            tail = self.codec_delay + (-(valid + self.codec_delay)) % size
+            tail = lookahead + (-(valid + lookahead)) % size
             samples = np.concatenate((samples, np.zeros(tail, np.float32)))
         whole = samples.shape[0] // size * size
         self._pending = samples[whole:]
@@ -200,7 +206,7 @@ class AudioEncoder:
         packets = []
         for start in range(0, whole, size):
             # The last packets of a context may hold only padding and the lookahead flush.
-            count = min(size, max(valid - start, 0))
+            count = min(size, max(valid - start, 0)) * self._scale
             data = self._opus.encode(pcm16[start : start + size].tobytes(), size)
             packets.append(Packet(data, self._pts, count, final=final and start + size == whole))
             self._pts += count

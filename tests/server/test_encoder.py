@@ -42,19 +42,31 @@ def _feed(encoder: AudioEncoder, x: np.ndarray, sizes: list[int]) -> list:
 @pytest.mark.parametrize("rate", [24000, 48000])
 def test_opus_packets_are_20_ms_with_true_counts_and_a_flagged_last(rate: int) -> None:
     encoder = AudioEncoder(OutputFormat("opus", rate))
-    x = _tone(1.013)  # not a whole number of packets
-    packets = []
-    for start in range(0, x.shape[0], 1920):
-        packets += encoder.encode(x[start : start + 1920], final=start + 1920 >= x.shape[0])
+    x = _chirp(1.013)  # not a whole number of packets
+    packets = _feed(encoder, x, UNEVEN)
     total = round(x.shape[0] * rate / 24000)
     assert sum(p.samples for p in packets) == total == encoder.sent_samples
     assert [p.pts for p in packets] == np.cumsum([0] + [p.samples for p in packets])[:-1].tolist()
+    assert {p.samples for p in packets[:-2]} == {rate // 50}
     assert packets[-1].final and not any(p.final for p in packets[:-1])
     decoder = opuslib.Decoder(rate, 1)
     decoded = np.concatenate([np.frombuffer(decoder.decode(p.data, rate // 50), "<i2") for p in packets])
+    assert decoded.shape[0] >= encoder.codec_delay + total  # the lookahead was flushed out too
     heard = decoded[encoder.codec_delay : encoder.codec_delay + total].astype(np.float32) / 32768
-    reference = _tone(1.013, rate)[:total]
+    reference = soxr.resample(x, 24000, rate)
     assert np.corrcoef(heard, reference)[0, 1] > 0.99  # the end of the audio is in there too
+    assert np.corrcoef(decoded[:total], reference)[0, 1] < 0.5  # the pre-skip is what aligns them
+
+
+def test_opus_at_48k_is_the_24k_stream_decoded_at_48k() -> None:
+    """48 kHz Opus is encoded from the engine's 24 kHz samples, not from a resample: the same
+    packets as 24 kHz Opus, with its counts, pts and pre-skip in 48 kHz samples."""
+    x = _chirp(0.5)
+    at24, at48 = AudioEncoder(OutputFormat("opus", 24000)), AudioEncoder(OutputFormat("opus", 48000))
+    packets24, packets48 = _feed(at24, x, UNEVEN), _feed(at48, x, UNEVEN)
+    assert [p.data for p in packets48] == [p.data for p in packets24]
+    assert [(p.pts, p.samples) for p in packets48] == [(2 * p.pts, 2 * p.samples) for p in packets24]
+    assert at48.codec_delay == 2 * at24.codec_delay == 312  # 6.5 ms, Opus's lookahead
 
 
 def test_an_empty_final_chunk_still_flushes_the_encoder() -> None:
