@@ -14,7 +14,7 @@ mkdir -p "$dir"
 # which such a host's PyTorch image carries;
 # pydantic (with its typing-extensions floor) and soundfile's cffi are not in it.
 packages=(starlette uvicorn h11 msgpack websockets prometheus-client itsdangerous soxr soundfile
-  cffi pycparser python-multipart pydantic pydantic-core annotated-types typing-inspection typing-extensions)
+  cffi pycparser python-multipart lameenc pydantic pydantic-core annotated-types typing-inspection typing-extensions)
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$version" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux1_x86_64 --platform any -d "$dir" "${packages[@]}"
