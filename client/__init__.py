@@ -9,7 +9,8 @@
             ...
 
 It speaks msgpack, decodes Opus with opuslib (dropping the encoder's pre-skip and the padding
-of the last packet), and serves any number of contexts on one socket.
+of the last packet), and serves any number of contexts on one socket. `client.context(speed=1.25)`
+speaks a context faster (time-stretched, the pitch kept; docs/protocol.md, "Speaking rate").
 """
 
 from __future__ import annotations
@@ -95,9 +96,10 @@ class _OpusDecoder:
 class ClientContext:
     """One utterance on the socket: push text, then iterate its audio."""
 
-    def __init__(self, client: Client, context_id: str) -> None:
+    def __init__(self, client: Client, context_id: str, speed: float | None = None) -> None:
         self.client = client
         self.id = context_id
+        self.speed = speed  # its speaking rate, 0.25 to 4 (None: the server's 1)
         self.done: dict[str, Any] | None = None  # the `done` or `cancelled` message
         self.cancelled: dict[str, Any] | None = None  # `cancelled`, also after `done` (a late barge-in)
         self._cancelled = asyncio.Event()
@@ -113,7 +115,10 @@ class ClientContext:
         )
 
     async def push(self, text: str, flush: bool = False) -> None:
-        await self.client.send({"type": "text", "context_id": self.id, "text": text, "flush": flush})
+        message: dict[str, Any] = {"type": "text", "context_id": self.id, "text": text, "flush": flush}
+        if self.speed is not None:  # on every text: the server takes a repeat, and the first opens it
+            message["speed"] = self.speed
+        await self.client.send(message)
 
     async def flush(self) -> None:
         await self.client.send({"type": "flush", "context_id": self.id})
@@ -218,9 +223,10 @@ class Client:
             raise ServerError(ready)
         return cls(ws, ready)
 
-    def context(self, context_id: str | None = None) -> ClientContext:
+    def context(self, context_id: str | None = None, speed: float | None = None) -> ClientContext:
+        """A new context; `speed` its speaking rate (time-stretched, the pitch kept)."""
         context_id = context_id or f"ctx-{next(self._ids)}"
-        context = ClientContext(self, context_id)
+        context = ClientContext(self, context_id, speed)
         self._contexts[context_id] = context
         return context
 

@@ -70,6 +70,10 @@ class Text(_Message):
     context_id: ContextId
     text: StrictStr
     flush: StrictBool = False
+    # The context's speaking rate, time-stretched with the pitch kept (server/tempo.py), as
+    # POST /v1/audio/speech's. Set by the text that opens the context; a later one repeats it or
+    # leaves it out. None: 1, or the context's.
+    speed: Annotated[StrictFloat, Field(ge=0.25, le=4.0)] | None = None
 
 
 class Flush(_Message):

@@ -32,10 +32,11 @@ from voicewire.engine.text_tokenizer import TextTokenizer, cached_tokenizer
 from voicewire.server import protocol as p
 from voicewire.server.admission import Admission
 from voicewire.server.config import ServerConfig
-from voicewire.server.encoder import AudioEncoder
+from voicewire.server.encoder import AudioEncoder, Packet
 from voicewire.server.errors import ProtocolError, from_engine
 from voicewire.server.metrics import Metrics
 from voicewire.server.settings import SessionSettings, settings_from_start
+from voicewire.server.tempo import Tempo
 from voicewire.server.wire import REFUSED, UNPACED, Dialect
 from voicewire.server.word_timing import Word, WordTimer, frame_pieces
 
@@ -95,6 +96,26 @@ class Context:
     words: WordTimer | None = None  # word timing, when the session asked for it
     played: int | None = None  # the last played_samples the client reported
     done: bool = False  # `done` was sent: all its audio is out, maybe still playing at the client
+    # Its speaking rate (text.speed): none at 1, so its audio is the engine's untouched. Every count
+    # the client sees is of output samples, on the stretched timeline.
+    tempo: Tempo | None = None
+
+    @property
+    def speed(self) -> float:
+        return 1.0 if self.tempo is None else self.tempo.speed
+
+    def output_samples(self, samples: int) -> int:
+        """A position in the engine's 24 kHz audio, in output samples: stretched, then resampled."""
+        if self.tempo is not None:
+            samples = self.tempo.position(samples)
+        return samples * self.encoder.format.sample_rate // SAMPLE_RATE
+
+    def render(self, chunk: AudioChunk) -> list[Packet]:
+        """An engine chunk as packets (in the executor: the stretch and the codec are CPU work)."""
+        pcm = chunk.pcm
+        if self.tempo is not None:
+            pcm = self.tempo.process(pcm, chunk.final, boundary=chunk.flushed)
+        return self.encoder.encode(pcm, chunk.final)
 
     def push_text(self, text: str) -> None:
         if self.stream is None:
@@ -281,10 +302,17 @@ class Session:
             )
         context = self.contexts.get(message.context_id)
         if context is None:
-            context = self._new_context(message.context_id)
+            context = self._new_context(message.context_id, 1.0 if message.speed is None else message.speed)
         elif context.state is not ContextState.OPEN:
             raise ProtocolError(
                 "context_closed", f"context {message.context_id!r} is {context.state.value}", context.id
+            )
+        elif message.speed is not None and message.speed != context.speed:
+            raise ProtocolError(
+                "invalid_options",
+                f"context {context.id!r} speaks at speed {context.speed:g}: the text that opens a context "
+                "sets its speed",
+                context.id,
             )
         if context.chars + len(message.text) > self.config.max_context_chars:
             raise ProtocolError(
@@ -308,7 +336,7 @@ class Session:
         for context_id in finished[: max(0, len(finished) - KEEP_FINISHED)]:
             del self.contexts[context_id]
 
-    def _new_context(self, context_id: str) -> Context:
+    def _new_context(self, context_id: str, speed: float) -> Context:
         assert self._settings is not None
         self._forget_finished()
         live = sum(c.state in (ContextState.OPEN, ContextState.ENDED) for c in self.contexts.values())
@@ -323,10 +351,13 @@ class Session:
             stream = self._admission.open_now(self._settings.voice, self._settings.options)
         except EngineError as exc:
             raise from_engine(exc, context_id) from None
-        context = Context(context_id, stream, AudioEncoder(self._settings.format))
+        tempo = Tempo(speed) if speed != 1 else None
+        context = Context(context_id, stream, AudioEncoder(self._settings.format), tempo=tempo)
         if self._tokens is not None:
-            lag = self.config.word_lag_frames * SAMPLES_PER_FRAME * self._settings.format.sample_rate
-            context.words = WordTimer(lag // SAMPLE_RATE)
+            # The model reads a word some frames before it speaks it; at a speed, so many frames
+            # stretched. A duration, not a position: no flush boundary moves it.
+            lag = round(self.config.word_lag_frames * SAMPLES_PER_FRAME / speed)
+            context.words = WordTimer(lag * self._settings.format.sample_rate // SAMPLE_RATE)
         self.contexts[context_id] = context
         if stream is not None:
             self._count(context)
@@ -395,7 +426,7 @@ class Session:
     async def _report_cancel(self, context: Context) -> None:
         assert context.stream is not None
         result = await context.stream.wait()
-        generated = result.samples_generated * context.encoder.format.sample_rate // SAMPLE_RATE
+        generated = context.output_samples(result.samples_generated)
         with contextlib.suppress(_SlowConsumer):
             self._report_cancelled(context, generated)
 
@@ -424,9 +455,7 @@ class Session:
         started = time.perf_counter()
         try:
             async for chunk in stream:
-                packets = await loop.run_in_executor(
-                    self.executor, context.encoder.encode, chunk.pcm, chunk.final
-                )
+                packets = await loop.run_in_executor(self.executor, context.render, chunk)
                 if context.state is ContextState.CANCELLED:
                     return
                 if chunk.pcm.shape[0]:
@@ -495,11 +524,10 @@ class Session:
                 (token_id, start) for token_id, (start, _) in self._tokens.encode_with_offsets(chunk.text)
             ]
             pieces = frame_pieces(chunk.text, chunk.text_ids.tolist(), tokens)
-            rate = context.encoder.format.sample_rate
             char = chunk.text_end - len(chunk.text)
             for frame, piece in enumerate(pieces):
                 if piece:
-                    timer.enter(char, piece, (chunk.offset + frame * SAMPLES_PER_FRAME) * rate // SAMPLE_RATE)
+                    timer.enter(char, piece, context.output_samples(chunk.offset + frame * SAMPLES_PER_FRAME))
                     char += len(piece)
         self._send_words(context, timer.take(context.encoder.sent_samples))
 

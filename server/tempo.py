@@ -3,7 +3,8 @@
 Output frames of N samples, Hann-windowed, are overlap-added every N/2 samples; frame k is read
 from the input near k * N/2 * speed, shifted by up to `tolerance` samples to the place that best
 continues the previous frame's waveform, so periods line up and nothing clicks. It runs on
-chunks as they come and gives the same samples as on the whole signal at once.
+chunks as they come and gives the same samples as on the whole signal at once. `Tempo` is a
+socket context's: stretched in pieces between flushes, with positions mapped onto its output.
 """
 
 from __future__ import annotations
@@ -84,3 +85,38 @@ class TimeStretch:
         region = self._input[lo : lo + 2 * self.tolerance + self.hop]
         scores = np.correlate(region, target, mode="valid")
         return nominal - self.tolerance + int(np.argmax(scores))
+
+
+class Tempo:
+    """One context's speaking rate: its 24 kHz audio stretched chunk by chunk, and positions in
+    the engine's audio mapped onto the stretched timeline.
+
+    The stretch runs 30 to 80 ms behind its input (it needs the input past a frame to place it).
+    A `boundary` (the engine's flushed chunk: the audio of everything before a flush is complete)
+    ends the stretch there and starts a new one, so that the flushed audio goes out whole instead of
+    waiting for the next text. Each stretch gives exactly its input's length over the speed, so a
+    position maps exactly: the output before the last boundary, plus the input since it over the
+    speed."""
+
+    def __init__(self, speed: float) -> None:
+        self.speed = speed
+        self._stretch = TimeStretch(speed)
+        self._received = 0  # input samples
+        # (input samples before the current stretch, output samples the ones before it gave): one
+        # tuple, so that `position` on the event loop never sees half of it while `process` runs
+        # in a worker thread (a cancel's count).
+        self._base = (0, 0)
+
+    def process(self, pcm: np.ndarray, final: bool, boundary: bool = False) -> np.ndarray:
+        """Feed a chunk; returns the stretched output that is complete."""
+        self._received += pcm.shape[0]
+        out = self._stretch.process(pcm, final=final or boundary)
+        if boundary and not final:
+            self._base = (self._received, self.position(self._received))
+            self._stretch = TimeStretch(self.speed)
+        return out
+
+    def position(self, samples: int) -> int:
+        """Input sample `samples` (counted from the stream's start) on the output timeline."""
+        base_in, base_out = self._base
+        return base_out + round((samples - base_in) / self.speed)

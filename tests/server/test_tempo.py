@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from voicewire.server.tempo import TimeStretch
+from voicewire.server.tempo import Tempo, TimeStretch
 
 RATE = 24000
 
@@ -43,3 +43,22 @@ def test_chunks_give_the_samples_of_the_whole() -> None:
 def test_out_of_range_speed_is_refused() -> None:
     with pytest.raises(ValueError, match=r"speed must be in \[0.25, 4\]"):
         TimeStretch(5.0)
+
+
+def test_a_context_tempo_restarts_at_a_boundary_and_maps_positions_exactly() -> None:
+    """Tempo: chunks with a boundary (a flush) in between give the two parts' stretches end to end,
+    each exactly its input over the speed, and a position maps onto that timeline."""
+    x = _sine(1.5, 180.0) + 0.1 * np.random.default_rng(2).standard_normal(36000).astype(np.float32)
+    speed, cut = 1.3, 15000
+    tempo = Tempo(speed)
+    parts = [
+        tempo.process(x[:7000], final=False),
+        tempo.process(x[7000:cut], final=False, boundary=True),
+        tempo.process(x[cut:30000], final=False),
+    ]
+    assert tempo.position(cut) == round(cut / speed) == sum(p.shape[0] for p in parts[:2])
+    assert tempo.position(30000) == round(cut / speed) + round((30000 - cut) / speed)
+    parts.append(tempo.process(x[30000:], final=True))
+    first, second = (TimeStretch(speed).process(part, final=True) for part in (x[:cut], x[cut:]))
+    np.testing.assert_array_equal(np.concatenate(parts), np.concatenate((first, second)))
+    assert tempo.position(x.shape[0]) == first.shape[0] + second.shape[0]
