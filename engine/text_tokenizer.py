@@ -222,14 +222,8 @@ _TINY_CORPUS = (
 )
 
 
-def write_tiny_tokenizer(folder: str | Path, vocab_size: int = 512) -> None:
-    """Write a small real byte-level BPE in the published file layout, specials at their real ids.
-
-    The learned vocabulary is padded with unreachable filler entries up to the released size,
-    so the special tokens keep their real ids; `<|im_start|>assistant\\n` is 3 tokens.
-    """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+def new_bpe() -> Tokenizer:
+    """An empty byte-level BPE with Qwen2's normalizer and split regex, ready to train."""
     tok = Tokenizer(models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix=""))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -238,6 +232,16 @@ def write_tiny_tokenizer(folder: str | Path, vocab_size: int = 512) -> None:
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
+    return tok
+
+
+def write_tiny_tokenizer(folder: str | Path, vocab_size: int = 512) -> None:
+    """Write a small real byte-level BPE in the published file layout, specials at their real ids.
+
+    The tiny checkpoint keeps it: its tests are tuned to its short token sequences (a few frames of
+    text each), and the oracle tests compare against it. `<|im_start|>assistant\\n` is 3 tokens.
+    """
+    tok = new_bpe()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=1,
@@ -246,11 +250,25 @@ def write_tiny_tokenizer(folder: str | Path, vocab_size: int = 512) -> None:
     )
     # Repeating the role words makes each a single token, as in the real vocabulary.
     tok.train_from_iterator([_TINY_CORPUS] * 3 + ["assistant"] * 20 + ["user"] * 20, trainer=trainer)
+    write_tokenizer(folder, tok)
+
+
+def write_tokenizer(folder: str | Path, tok: Tokenizer) -> None:
+    """Write a trained BPE (of `new_bpe`) as Qwen publishes its tokenizer: vocab.json, merges.txt
+    and tokenizer_config.json, the special tokens at their released ids.
+
+    The learned vocabulary is padded with unreachable filler entries up to the released size,
+    so the special tokens keep their real ids.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     model = json.loads(tok.to_str())["model"]
     vocab: dict[str, int] = model["vocab"]
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
     if "assistant" not in vocab:
-        raise RuntimeError("tiny tokenizer training did not produce the 'assistant' token")
+        raise RuntimeError("the trained tokenizer lacks the 'assistant' token the prompt needs")
+    if len(vocab) > BPE_VOCAB_SIZE:
+        raise RuntimeError(f"the trained tokenizer has {len(vocab)} entries, more than {BPE_VOCAB_SIZE}")
     # No merge builds these, so BPE never emits them.
     vocab.update({f"<|unused_{i}|>": i for i in range(len(vocab), BPE_VOCAB_SIZE)})
     with open(folder / "vocab.json", "w", encoding="utf-8") as f:

@@ -1,6 +1,7 @@
 """Random checkpoints in the exact published Qwen3-TTS layout (`voicewire make-checkpoint`).
 
-`tiny` is small enough for CPU tests; `0.6b` and `1.7b` have the real sizes, for speed work.
+`tiny` is small enough for CPU tests; `0.6b` and `1.7b` have the real sizes, for speed work, and
+a text tokenizer that cuts text about as Qwen2's does (engine/bench_tokenizer.py).
 The weights are random but scaled (fan-in linears, unit-variance embeddings, random codebooks):
 with the usual N(0, 0.02) init and all-zero codebooks the audio comes out near-silent and ignores
 the text.
@@ -307,7 +308,14 @@ def make_checkpoint(folder: str | Path, variant: str, size: str = "tiny", seed: 
         raise ValueError(f"unknown variant {variant!r}; allowed: {', '.join(VARIANTS)}")
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; allowed: {', '.join(SIZES)}")
-    from voicewire.engine import codec_decoder, codec_encoder, speaker_encoder, talker, text_tokenizer
+    from voicewire.engine import (
+        bench_tokenizer,
+        codec_decoder,
+        codec_encoder,
+        speaker_encoder,
+        talker,
+        text_tokenizer,
+    )
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -326,7 +334,10 @@ def make_checkpoint(folder: str | Path, variant: str, size: str = "tiny", seed: 
         speaker_encoder.random_init_(spk, gen)
         tensors.update(_prefixed("speaker_encoder", checkpoint_tensors(spk)))
     save_tensors(folder / "model.safetensors", tensors)
-    text_tokenizer.write_tiny_tokenizer(folder)
+    if size == "tiny":
+        text_tokenizer.write_tiny_tokenizer(folder)
+    else:  # benchmarks: text splits into tokens as with Qwen2's tokenizer (engine/bench_tokenizer.py)
+        bench_tokenizer.write_bench_tokenizer(folder)
 
     codec_dir = folder / "speech_tokenizer"
     codec_cfg = speech_tokenizer_config(size)
@@ -349,9 +360,14 @@ def cache_root() -> Path:
     return Path(os.environ.get("VOICEWIRE_CACHE", Path.home() / ".cache" / "voicewire"))
 
 
+# A cached checkpoint's version, bumped when what make_checkpoint writes for that size changes: v3
+# gave the real sizes the tokenizer of engine/bench_tokenizer.py; the tiny files are as in v2.
+CACHE_VERSIONS = {"tiny": "v2", "0.6b": "v3", "1.7b": "v3"}
+
+
 def random_checkpoint(variant: str = "custom_voice", size: str = "tiny") -> Path:
     """A random checkpoint, made once (seeded, so always the same) under the cache folder."""
-    folder = cache_root() / f"{size}-{variant}-v2"
+    folder = cache_root() / f"{size}-{variant}-{CACHE_VERSIONS[size]}"
     if not (folder / ".complete").exists():
         make_checkpoint(folder, variant, size, seed=0)
         (folder / ".complete").touch()
