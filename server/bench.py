@@ -1,7 +1,10 @@
 """`voicewire bench`: the service benchmark. N concurrent WebSocket sessions against a real server,
 text at an LLM-like pace (or all at once), Opus back; measured at the client:
 
-- first audio latency (first text sent -> first audio message), p50/p95/p99;
+- first audio latency (first text sent -> first audio message), p50/p95/p99; and the same from the
+  moment the text that fills the engine's lookahead had been sent (the first `lookahead_tokens`
+  tokens, as the server's checkpoint's tokenizer cuts the text; all of it if shorter): the part of
+  first audio that is the server's, whatever the text's pace;
 - speed against real time per stream (audio seconds / seconds from first text to `done`), p50
   and its slow tail (p5, p1, min);
 - underruns of a simulated player that starts after 200 ms of audio and then plays in real time
@@ -39,6 +42,8 @@ import traceback
 import urllib.request
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgpack
 import numpy as np
@@ -47,6 +52,9 @@ from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
 from voicewire.server.protocol import BufferingSpec
+
+if TYPE_CHECKING:  # voicewire.engine brings torch, which the client processes do without
+    from voicewire.engine.text_tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +66,10 @@ TEXT = (
     "Thanks for calling. I found your order, and it shipped this morning. It should arrive on "
     "Thursday between nine and noon. Is there anything else I can help you with today? "
 )
+# Text tokens a segment waits for before its first frame: the engine's default (EngineConfig's
+# lookahead_tokens, also every configs/*.yaml's). Every session asks for it in `start`, so the
+# bench knows which text completes the lookahead whatever the server's own setting.
+LOOKAHEAD_TOKENS = 3
 
 
 def check_chunks(chunks: tuple[int, ...]) -> None:
@@ -85,7 +97,7 @@ class Load:
     pace (words/s, 0 = all at once), the speaker, how many sessions each stream runs back to back,
     the chunk schedule it asks for (frames of the first chunk, then of the next ones; None: the
     server's), and which sessions are cancelled after their first 0.4 s of audio: every
-    `cancel_every`-th, counting stream by stream (0: none)."""
+    `cancel_every`-th, counting stream by stream (0: none); and the text lookahead it asks for."""
 
     url: str
     frames: int
@@ -94,8 +106,11 @@ class Load:
     sessions_per_stream: int = 1
     chunks: tuple[int, ...] | None = None
     cancel_every: int = 4
+    lookahead_tokens: int = LOOKAHEAD_TOKENS
 
     def __post_init__(self) -> None:
+        if self.lookahead_tokens < 1:
+            raise ValueError(f"lookahead_tokens must be at least 1, not {self.lookahead_tokens}")
         if self.sessions_per_stream < 1:
             raise ValueError(f"sessions_per_stream must be at least 1, not {self.sessions_per_stream}")
         check_cancel_every(self.cancel_every)
@@ -109,6 +124,7 @@ class _Run:
     probe: bool = False  # cancelled on purpose after its first 0.4 s (cancel latency)
     setup_s: float | None = None  # from connecting to `ready`: in a closed loop, the gap between sessions
     first_audio_s: float | None = None
+    sent_s: list[float] = field(default_factory=list)  # when each text message, then `end`, was sent
     arrivals: list[tuple[float, float]] = field(default_factory=list)  # (time, audio seconds)
     done_s: float | None = None
     audio_s: float = 0.0
@@ -200,18 +216,75 @@ def first_speaker(url: str) -> str | None:
 
 
 def start_message(load: Load, seed: int) -> dict:
-    """A session's `start`: Opus at 48 kHz, the forced frame count, and the chunk schedule if set."""
-    start = {
+    """A session's `start`: Opus at 48 kHz, the forced frame count, the text lookahead, and the
+    chunk schedule if set."""
+    buffering: dict[str, object] = {"lookahead_tokens": load.lookahead_tokens}
+    if load.chunks is not None:
+        buffering |= {"first_chunk_frames": load.chunks[0], "chunk_frames": list(load.chunks[1:])}
+    return {
         "type": "start",
         "voice": {"speaker": load.speaker} if load.speaker else {},
         "format": {"encoding": "opus", "sample_rate": 48000},
         "sampling": {"seed": seed},
         "max_frames": load.frames,
         "suppress_eos": True,
+        "buffering": buffering,
     }
-    if load.chunks is not None:
-        start["buffering"] = {"first_chunk_frames": load.chunks[0], "chunk_frames": list(load.chunks[1:])}
-    return start
+
+
+def text_pieces(rate: float) -> list[str]:
+    """The text messages of a session: TEXT a word at a time (each with its space), or all at once."""
+    if rate <= 0:
+        return [TEXT]
+    words = TEXT.split(" ")
+    return [w + " " for w in words[:-1]] + [words[-1]]
+
+
+@dataclass(frozen=True)
+class Lookahead:
+    """Which send completed a session's text lookahead: the `messages`-th text message, or with
+    `at_end` the `end` after all `messages` (the text held fewer than `tokens` tokens)."""
+
+    tokens: int
+    messages: int
+    at_end: bool
+
+    @property
+    def send(self) -> int:
+        """Its index in `_Run.sent_s`, where `end` follows the text messages."""
+        return self.messages if self.at_end else self.messages - 1
+
+
+def lookahead_send(tokenizer: TextTokenizer, pieces: list[str], tokens: int) -> Lookahead:
+    """The send after which the engine held `tokens` text tokens of `pieces`: it commits a word's
+    tokens once the text after it shows the word is whole (engine/text_stream.py), and the rest at
+    `end`; a segment starts with `tokens` committed (the scheduler's lookahead) or at its end."""
+    from voicewire.engine.text_stream import IncrementalTokenizer  # torch: the parent only
+
+    committed = IncrementalTokenizer(tokenizer)
+    held = 0
+    for i, piece in enumerate(pieces):
+        held += len(committed.push(piece))
+        if held >= tokens:
+            return Lookahead(tokens, i + 1, at_end=False)
+    return Lookahead(tokens, len(pieces), at_end=True)
+
+
+def server_tokenizer(url: str) -> TextTokenizer | None:
+    """The text tokenizer of the server's checkpoint (its folder, from GET /ready), or None when the
+    folder is not on this machine or the server is not ready."""
+    from voicewire.engine.text_tokenizer import cached_tokenizer
+
+    try:
+        with urllib.request.urlopen(f"{_http(url)}/ready", timeout=30) as response:
+            folder = json.load(response)["model"]
+    except (OSError, KeyError, ValueError) as exc:  # HTTPError (503: not ready) is an OSError
+        log.warning("no first audio from the lookahead: GET /ready gave no checkpoint folder (%s)", exc)
+        return None
+    if not Path(folder).is_dir():
+        log.warning("no first audio from the lookahead: the server's checkpoint %s is not here", folder)
+        return None
+    return cached_tokenizer(folder)
 
 
 async def _session(load: Load, index: int, seed: int, cancel: bool) -> _Run:
@@ -227,15 +300,16 @@ async def _session(load: Load, index: int, seed: int, cancel: bool) -> _Run:
             raise RuntimeError(f"session {index}: {ready}")
         rate_hz = ready["sample_rate"]
         run.setup_s = time.perf_counter() - connecting
-        words = TEXT.split(" ")
-        pieces = [w + " " for w in words[:-1]] + [words[-1]] if rate > 0 else [TEXT]
+        pieces = text_pieces(rate)
         began = time.perf_counter()
 
         async def feed() -> None:
             for i, piece in enumerate(pieces):
                 if rate > 0:
                     await asyncio.sleep(max(0.0, began + i / rate - time.perf_counter()))
+                run.sent_s.append(time.perf_counter() - began)
                 await ws.send(msgpack.packb({"type": "text", "context_id": "c", "text": piece}))
+            run.sent_s.append(time.perf_counter() - began)
             await ws.send(msgpack.packb({"type": "end", "context_id": "c"}))
 
         feeder = asyncio.create_task(feed())
@@ -383,11 +457,13 @@ def level_report(
     server_processes: list[int] | None = None,
     server: dict | None = None,
     server_cores: dict | None = None,
+    lookahead: Lookahead | None = None,
 ) -> dict:
     """The JSON report of one level's runs, with the engine's view (`histogram_report`), the
     sessions each server process took (`process_shares`), the server's way from the engine to
-    the socket (`histogram_report` of `SERVER_HISTOGRAMS`) and the cores its processes used
-    (`cores_used`) if given."""
+    the socket (`histogram_report` of `SERVER_HISTOGRAMS`), the cores its processes used
+    (`cores_used`) and first audio from the send that completed the lookahead (`lookahead_send`)
+    if given."""
     from voicewire.engine.playback import START_BUFFER_S  # as in simulated_underruns
 
     runs, wall = level.runs, level.wall_s
@@ -400,12 +476,25 @@ def level_report(
     for run, end in zip(runs, ends, strict=True):
         if end is not None:
             last_end[run.stream % processes] = max(last_end[run.stream % processes], end)
+    # From the send that completed the lookahead; a session cancelled or failed before it sent that
+    # has no figure (a probe is cancelled after its first audio, so after it in practice).
+    from_lookahead = [
+        (r.first_audio_s - r.sent_s[lookahead.send]) * 1000
+        for r in runs
+        if lookahead is not None and r.first_audio_s is not None and len(r.sent_s) > lookahead.send
+    ]
     return {
         "streams": streams,
         "sessions_per_stream": len(runs) // max(streams, 1),
         "frames_per_stream": frames,
         "text_rate_words_per_s": rate,
         "first_audio_ms": _percentiles([r.first_audio_s * 1000 for r in runs if r.first_audio_s is not None]),
+        "first_audio_from_lookahead_ms": _percentiles(from_lookahead),
+        # Which text message completed the lookahead (1: the first), or the `end` after them all;
+        # null when the server's tokenizer was not at hand (server_tokenizer).
+        "lookahead": None
+        if lookahead is None
+        else {"tokens": lookahead.tokens, "text_messages": lookahead.messages, "at_end": lookahead.at_end},
         "session_setup_ms": _percentiles([r.setup_s * 1000 for r in runs if r.setup_s is not None]),
         "speed_x_realtime": _percentiles([r.audio_s / r.done_s for r in full if r.done_s], low=True),
         "underruns": {
@@ -437,6 +526,14 @@ def level_report(
 
 async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
     """One concurrency level, its sessions spread over `processes` client processes; returns its report."""
+    # Before the first scrape: loading a real checkpoint's tokenizer takes a second, which would
+    # count in the window the server's CPU use is averaged over.
+    tokenizer = await asyncio.to_thread(server_tokenizer, load.url)
+    lookahead = (
+        None
+        if tokenizer is None
+        else lookahead_send(tokenizer, text_pieces(load.rate), load.lookahead_tokens)
+    )
     before = await asyncio.to_thread(_scrape, load.url)
     scraped = time.monotonic()
     level = await run_level(load, streams, processes)
@@ -454,7 +551,7 @@ async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
     )
     shares = process_shares(sessions_by_process(before), sessions_by_process(after))
     cores = cores_used(read_process_cpu(before), read_process_cpu(after), between_scrapes_s)
-    return level_report(streams, load.frames, load.rate, level, engine, shares, server, cores)
+    return level_report(streams, load.frames, load.rate, level, engine, shares, server, cores, lookahead)
 
 
 def markdown(report: dict) -> str:
@@ -466,15 +563,20 @@ def markdown(report: dict) -> str:
         + (",".join(map(str, report["chunks"])) if report.get("chunks") else "the server's")
         + ".",
         "",
-        "| streams | first audio p50 / p95 / p99 (ms) | speed × real time p50 / p5 | underruns (streams, gap s) "
+        "First audio is timed from the first text sent, and from the send that completed the engine's "
+        "text lookahead (its first tokens, as the checkpoint's tokenizer cuts the text).",
+        "",
+        "| streams | first audio p50 / p95 / p99 (ms) | from lookahead p50 / p95 / p99 (ms) "
+        "| speed × real time p50 / p5 | underruns (streams, gap s) "
         "| cancel p50 (ms) | audio-s/s | sessions ended p50 / max (s) |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for level in report["levels"]:
         first, speed, under = level["first_audio_ms"], level["speed_x_realtime"], level["underruns"]
-        ended = level["session_end_s"]
+        ended, after = level["session_end_s"], level["first_audio_from_lookahead_ms"]
         lines.append(
-            f"| {level['streams']} | {first['p50']} / {first['p95']} / {first['p99']} | {speed['p50']} / {speed['p5']} | "
+            f"| {level['streams']} | {first['p50']} / {first['p95']} / {first['p99']} "
+            f"| {after['p50']} / {after['p95']} / {after['p99']} | {speed['p50']} / {speed['p5']} | "
             f"{under['streams_with_underruns']}, {under['total_gap_s']} | {level['cancel_ms']['p50']} | "
             f"{level['aggregate_audio_s_per_s']} | {ended['p50']} / {ended['max']} |"
         )

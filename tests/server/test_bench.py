@@ -9,16 +9,24 @@ from pathlib import Path
 import pytest
 
 from tests.server.conftest import RunningServer
+from voicewire.engine.config import EngineConfig
 from voicewire.engine.metrics import ENGINE_HISTOGRAMS
+from voicewire.engine.text_tokenizer import TextTokenizer
 from voicewire.server import bench
 from voicewire.server.bench import (
+    LOOKAHEAD_TOKENS,
+    TEXT,
     Load,
+    Lookahead,
     Underruns,
     first_speaker,
     level_report,
+    lookahead_send,
     run_level,
+    server_tokenizer,
     simulated_underruns,
     start_message,
+    text_pieces,
 )
 from voicewire.server.cli import main
 from voicewire.server.metrics import SERVER_HISTOGRAMS
@@ -29,6 +37,8 @@ REPORT_KEYS = {
     "frames_per_stream",
     "text_rate_words_per_s",
     "first_audio_ms",
+    "first_audio_from_lookahead_ms",
+    "lookahead",
     "speed_x_realtime",
     "underruns",
     "cancel_ms",
@@ -66,13 +76,45 @@ def test_the_start_message_asks_for_the_chunk_schedule() -> None:
         "sampling": {"seed": 3},
         "max_frames": 20,
         "suppress_eos": True,
+        # Always stated: the bench times first audio from the text that fills this lookahead.
+        "buffering": {"lookahead_tokens": 3},
     }
-    scheduled = start_message(Load("ws://x", 20, 0.0, None, chunks=(1, 2, 2, 4)), seed=3)
+    scheduled = start_message(Load("ws://x", 20, 0.0, None, chunks=(1, 2, 2, 4), lookahead_tokens=5), seed=3)
     assert scheduled["voice"] == {}
-    assert scheduled["buffering"] == {"first_chunk_frames": 1, "chunk_frames": [2, 2, 4]}
+    assert scheduled["buffering"] == {
+        "lookahead_tokens": 5,
+        "first_chunk_frames": 1,
+        "chunk_frames": [2, 2, 4],
+    }
+    with pytest.raises(ValueError, match="lookahead_tokens"):
+        Load("ws://x", 20, 0.0, None, lookahead_tokens=0)
     for bad in ((4,), (1, 0), (1, 33), (1, *[2] * 9)):
         with pytest.raises(ValueError, match="chunks"):
             Load("ws://x", 20, 0.0, None, chunks=bad)
+
+
+def test_the_bench_lookahead_is_the_engines_default() -> None:
+    assert LOOKAHEAD_TOKENS == EngineConfig().lookahead_tokens
+
+
+def test_the_send_that_completes_the_lookahead(tiny_checkpoints) -> None:
+    tok = TextTokenizer.from_folder(tiny_checkpoints["custom_voice"])
+    pieces = text_pieces(8.0)
+    assert "".join(pieces) == TEXT and pieces[:2] == ["Thanks ", "for "]
+    # The engine commits a word's tokens with the space after it (the bench sends "word "), so the
+    # lookahead is complete once the pieces sent so far hold that many tokens.
+    for tokens in (1, 3, 8, 20):
+        found = lookahead_send(tok, pieces, tokens)
+        assert not found.at_end and found.send == found.messages - 1
+        before = len(tok.encode("".join(pieces[: found.messages - 1]).rstrip(" ")))
+        upto = len(tok.encode("".join(pieces[: found.messages]).rstrip(" ")))
+        assert before < tokens <= upto, tokens
+    # Text all at once: its one message; text shorter than the lookahead: the `end` after it.
+    assert lookahead_send(tok, [TEXT], 3) == Lookahead(3, 1, at_end=False)
+    short = lookahead_send(tok, ["Hi"], 64)
+    assert short == Lookahead(64, 1, at_end=True) and short.send == 1
+    # A word held back for want of the text after it counts only once that text is sent.
+    assert lookahead_send(tok, ["Hello", " there "], 1) == Lookahead(1, 2, at_end=False)
 
 
 @pytest.mark.parametrize("flag", ["1,two", "4", "1,0", "1,40", "1,2,2,2,2,2,2,2,2,2"])
@@ -101,6 +143,12 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         assert 0 < level["session_setup_ms"]["p50"] <= level["session_setup_ms"]["max"]
         assert set(level["first_audio_ms"]) == {"p50", "p95", "p99", "max"}
         assert level["first_audio_ms"]["p50"] > 0 and level["aggregate_audio_s_per_s"] > 0
+        # The tiny checkpoint's tokenizer cuts "Thanks " into 3 tokens or more: the first word
+        # completes the lookahead; its figure is the first one less the first send's few microseconds.
+        assert level["lookahead"] == {"tokens": 3, "text_messages": 1, "at_end": False}
+        after, first = level["first_audio_from_lookahead_ms"], level["first_audio_ms"]
+        assert set(after) == set(first)
+        assert all(0 <= after[q] <= first[q] for q in first)
         speed = level["speed_x_realtime"]  # the slow tail: less is worse
         assert set(speed) == {"p50", "p5", "p1", "min"}
         assert 0 < speed["min"] <= speed["p1"] <= speed["p5"] <= speed["p50"]
@@ -147,6 +195,7 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         assert level["streams"] <= delivery["count"] <= 6 * level["streams"]  # chunks 1, 3, 3, 3, 3, 1
         assert 0 < delivery["total"] < level["wall_s"] * 1000 * delivery["count"]
     assert table.read_text().count("\n| ") == 3  # header + two levels
+    assert "from lookahead p50 / p95 / p99 (ms)" in table.read_text()
     assert "chunks (frames): 1,3." in table.read_text()
 
 
@@ -187,10 +236,28 @@ def test_a_level_spread_over_client_processes(server: RunningServer) -> None:
     longest = max(a.done_s + b.done_s for a, b in zip(level.runs[::2], level.runs[1::2], strict=True))
     assert longest <= level.wall_s < sum(run.done_s for run in level.runs)
 
-    report = level_report(streams, frames, rate, level)
+    tokenizer = server_tokenizer(server.url)  # the running server's checkpoint, from GET /ready
+    assert tokenizer is not None
+    lookahead = lookahead_send(tokenizer, text_pieces(rate), load.lookahead_tokens)
+    report = level_report(streams, frames, rate, level, lookahead=lookahead)
     assert (
         set(report) == REPORT_KEYS and report["client_processes"] == 2 and report["sessions_per_stream"] == 2
     )
+    # Each session's first audio comes after the send that completed its lookahead, and that send
+    # after the first. Sends are recorded in order, `end` last; a session whose 16 frames are out
+    # before its text (32 words at 12 words/s) is done and stops sending.
+    for run in level.runs:
+        assert (
+            run.sent_s == sorted(run.sent_s)
+            and lookahead.send < len(run.sent_s) <= len(text_pieces(rate)) + 1
+        )
+        assert run.first_audio_s is not None
+        assert 0 <= run.sent_s[lookahead.send] <= run.first_audio_s
+    assert 0 <= report["first_audio_from_lookahead_ms"]["p50"] <= report["first_audio_ms"]["p50"]
+    assert report["lookahead"]["tokens"] == 3
+    # Without the server's tokenizer, the figure is left out rather than guessed.
+    blind = level_report(streams, frames, rate, level)
+    assert blind["lookahead"] is None and set(blind["first_audio_from_lookahead_ms"].values()) == {None}
     # Each process's last session end, measured on the clock both processes share.
     process_ends = report["client_process_end_s"]
     assert len(process_ends) == 2 and 0 < min(process_ends)
