@@ -6,8 +6,9 @@
 `ElevenLabsDialect` reads their JSON into v1 messages and writes v1's answers as theirs, so the
 session, engine, limits and metrics are the ones every socket has. The query's `output_format`
 picks the audio (`pcm_<rate>`, `ulaw_8000`, `alaw_8000`, `mp3_<rate>_<kbps>`), `voice_id` is a speaker name or
-a stored voice id, `language_code` and `seed` are used, and the model and text settings are taken
-and ignored: there is one model here, and it speaks text as it arrives.
+a stored voice id, `language_code` and `seed` are used, `voice_settings.speed` is v1's `text.speed`,
+and the model, text and other voice settings are taken and ignored: there is one model here, and it
+speaks text as it arrives.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ SINGLE = "stream-input"
 SINGLE_CONTEXT = "0"  # stream-input's one context, by its v1 id
 DEFAULT_FORMAT = "mp3_44100_128"  # ElevenLabs' default
 INACTIVITY_S = (20, 180)  # the default, and the most `inactivity_timeout` may ask
+SPEED = (0.7, 1.2)  # voice_settings.speed, as ElevenLabs documents it (v1 takes 0.25 to 4)
 CLOSE = 1008  # ElevenLabs closes with 1008 (policy violation) after an error
 # A v1 ping the dialect sends itself, whose pong tells it that everything before it was written.
 _FINAL = "elevenlabs-final:"
@@ -98,6 +100,18 @@ class Query:
         )
 
 
+def _speed(settings: Any, context_id: str) -> float | None:
+    """`voice_settings.speed`, where a message sets it; refused outside ElevenLabs' range."""
+    if not isinstance(settings, dict) or settings.get("speed") is None:
+        return None
+    speed = settings["speed"]
+    if isinstance(speed, bool) or not isinstance(speed, int | float) or not SPEED[0] <= speed <= SPEED[1]:
+        raise ProtocolError(
+            "invalid_options", f"voice_settings.speed is {SPEED[0]} to {SPEED[1]}, got {speed!r}", context_id
+        )
+    return float(speed)
+
+
 def _number(query: QueryParams, name: str, default: float) -> float:
     value = query.get(name)
     if value is None:
@@ -120,6 +134,7 @@ class _Context:
     final: bool = False  # its final message was written
     cancelled: bool = False  # a cancel went to the session
     held: list[p.Audio] = field(default_factory=list)  # this chunk's audio, until its words are in
+    speed: float | None = None  # voice_settings.speed, for its v1 context's opening text
     last_char: int = 0  # end_char of the last word aligned
     aligned: list[p.WordTiming] = field(default_factory=list)  # words not yet in an audio message
 
@@ -136,6 +151,8 @@ class ElevenLabsDialect:
         self._contexts: dict[str, _Context] = {}
         self._closing = False  # close_socket, or stream-input's end: close once all is final
         self._rate = int(query.format["sample_rate"])
+        self._first = True  # the next frame is the socket's first: its voice settings are the socket's
+        self._speed: float | None = None  # the first message's voice_settings.speed: every context's default
 
     def opening(self) -> list[Any]:
         """The session's `start` (from the path and query), then the first frame's messages."""
@@ -175,14 +192,22 @@ class ElevenLabsDialect:
         if words is not None and not isinstance(words, str):
             raise ProtocolError("invalid_message", "text is a string", context_id)
         flush = message.get("flush") is True
+        speed = _speed(message.get("voice_settings"), context_id)
+        first, self._first = self._first, False
+        if first and speed is not None:
+            self._speed = speed
         context = self._contexts.setdefault(context_id, _Context())
+        if speed is not None and not context.opened:  # a context's speed is fixed once it speaks
+            context.speed = speed
         out: list[Any] = []
         if words and words.strip():
             if context.closed:
                 raise ProtocolError("context_closed", f"context {context_id!r} was closed", context_id)
-            out.append(
-                p.Text(type="text", context_id=context_id, text=self._joined(context, words), flush=flush)
-            )
+            # Every text carries it (v1 takes a repeat), so a text whose context the session refused
+            # to open (too many contexts) leaves the next one to open it at the same speed.
+            at = context.speed if context.speed is not None else self._speed
+            text = self._joined(context, words)
+            out.append(p.Text(type="text", context_id=context_id, text=text, flush=flush, speed=at))
             context.opened, context.bare_flush = True, False
         elif words:  # whitespace only: the opening " ", or a keep-alive; a word break all the same
             context.space_owed = context.opened

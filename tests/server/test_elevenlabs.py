@@ -19,6 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from tests.server.conftest import RunningServer, running_server
 from tests.v1_reference import assert_same_start, v1_pcm16
+from voicewire.client import Client
 from voicewire.server.config import ServerConfig
 
 KEY = "el-test-key"
@@ -234,3 +235,80 @@ def test_no_text_for_the_inactivity_timeout_closes_the_socket(server) -> None:
 
     message, code = asyncio.run(run())
     assert message["error"] == "input_timeout_exceeded" and code == 1008
+
+
+def _v1_at_speed(server: RunningServer, text: str, speed: float) -> np.ndarray:
+    """Protocol v1's audio for `text` sent at once on a context with `speed`, as 16-bit PCM."""
+
+    async def speak() -> np.ndarray:
+        async with await Client.connect(
+            server.url,
+            api_key=KEY,
+            voice={"speaker": "vivian"},
+            format={"encoding": "pcm_s16le", "sample_rate": 24000},
+            sampling={"seed": SEED},
+        ) as client:
+            context = client.context(speed=speed)
+            await context.push(text)
+            await context.end()
+            return await context.read_all()
+
+    return np.round(asyncio.run(speak()) * 32767).astype(np.int16)
+
+
+@pytest.mark.parametrize(
+    ("path", "init", "speed"),
+    [
+        ("multi-stream-input", {"context_id": "a"}, 1.2),  # a context's own init (Pipecat, LiveKit)
+        ("multi-stream-input", {}, 0.7),  # the socket's first message, for every context
+        ("stream-input", {}, 0.85),
+    ],
+)
+def test_voice_settings_speed_is_v1s_speed(server, path: str, init: dict, speed: float) -> None:
+    multi = path == "multi-stream-input"
+    context = "a" if multi else None
+    ids = {"context_id": "a"} if multi else {}
+
+    async def run() -> list[dict]:
+        async with _open(_url(server, path, seed=SEED)) as ws:
+            await ws.send(
+                json.dumps({"text": " ", **init, "voice_settings": {"stability": 0.5, "speed": speed}})
+            )
+            for piece in PIECES:
+                await ws.send(json.dumps({"text": piece, **ids}))
+            if multi:
+                await ws.send(json.dumps({**ids, "flush": True}))
+                await ws.send(json.dumps({**ids, "close_context": True}))
+            else:
+                await ws.send(json.dumps({"text": ""}))
+            seen = await _until_final(ws, context)
+            await ws.close()
+        return seen
+
+    seen = asyncio.run(run())
+    text = "".join(PIECES)
+    heard, expected = _pcm(seen, context), _v1_at_speed(server, text, speed)
+    # The speech guard may end the two at different lengths (it counts from when the text was all
+    # in); each stretch's last ~100 ms reads its own end, so the samples both have up to there agree.
+    shared = min(heard.size, expected.size) - 2400
+    assert shared > 24000, (heard.size, expected.size)
+    np.testing.assert_array_equal(heard[:shared], expected[:shared])
+    spelled, starts = _alignment(seen)
+    assert spelled == text.strip()
+    assert all(s == sorted(s) and s[0] >= 0 for s in starts)
+    for message in seen:  # each message's characters run to its end, on the stretched audio
+        if message.get("audio"):
+            alignment, ms = message["alignment"], len(base64.b64decode(message["audio"])) // 2 / 24
+            assert alignment["charStartTimesMs"][-1] + alignment["charDurationsMs"][-1] == round(ms)
+
+
+@pytest.mark.parametrize("speed", [1.5, 0.5, "fast", True])
+def test_a_speed_outside_elevenlabs_range_is_refused_then_a_1008_close(server, speed: Any) -> None:
+    async def run() -> tuple[dict, int]:
+        async with _open(_url(server, "multi-stream-input")) as ws:
+            await ws.send(json.dumps({"text": " ", "context_id": "a", "voice_settings": {"speed": speed}}))
+            return await _last_before_close(ws)
+
+    message, code = asyncio.run(run())
+    assert message["error"] == "invalid_options" and message["code"] == 1008 and code == 1008
+    assert "voice_settings.speed is 0.7 to 1.2" in message["message"] and message["contextId"] == "a"
