@@ -153,7 +153,7 @@ def training_pieces() -> Iterator[str]:
 
 
 def train_bench_bpe() -> Tokenizer:
-    """The trained byte-level BPE (about 19k learned entries; a few seconds), before padding and specials."""
+    """The trained byte-level BPE (about 16k learned entries; a few seconds), before padding and specials."""
     tok = new_bpe()
     trainer = trainers.BpeTrainer(
         vocab_size=BPE_VOCAB_SIZE,  # a ceiling: the counts run out of pairs seen twice well before it
