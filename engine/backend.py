@@ -1,17 +1,57 @@
 """The talker-backend contract: what the engine asks of whatever runs the talker and the code
-predictor over its streams. The `torch` backend (engine/scheduler.py, this process's PyTorch) and
-the `vllm` backend (engine/vllm/scheduler.py) both satisfy it; each owns its loop, which the engine
-runs in a thread of its own, and hands every stream's frames to the decoder stage.
+predictor over its streams (`TalkerBackend`), what a backend is built from (`ModelParts`) and where
+it hands every stream's frames (`FrameSink`, the decoder stage). The `torch` backend
+(engine/scheduler.py, this process's PyTorch) and the `vllm` backend (engine/vllm/scheduler.py) both
+satisfy it; each owns its loop, which the engine runs in a thread of its own, and both keep their
+streams in one `LiveStreams` table (engine/live_streams.py).
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+from torch import Tensor
+
 from voicewire.engine.config import EngineConfig
+from voicewire.engine.errors import EngineError
 from voicewire.engine.frame_step import GenerationOptions
+from voicewire.engine.prompt import TextIds
+from voicewire.engine.segments import TrackEntry
 from voicewire.engine.stream import Stream
+from voicewire.engine.talker import Talker
+from voicewire.engine.text_tokenizer import TextTokenizer
+
+
+@dataclass(frozen=True)
+class ModelParts:
+    """What a backend needs of a loaded checkpoint."""
+
+    talker: Talker
+    tokenizer: TextTokenizer
+    text_ids: TextIds
+    variant: str
+    model_size: str
+
+
+class FrameSink(Protocol):
+    """Where frames go, in order per stream: open, frames and segment ends, then close or drop."""
+
+    def open(self, stream: Stream, warmup: Tensor | None) -> None: ...
+
+    def frames(self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry]) -> None: ...
+
+    def segment_end(self, stream: Stream, flushed: bool) -> None: ...
+
+    def drain(self, stream: Stream) -> None: ...  # no frames come for a while: send what is held
+
+    def close(self, stream: Stream, reason: str, frames: int, end_step: int) -> None: ...
+
+    def drop(
+        self, stream: Stream, reason: str, frames: int, end_step: int, error: EngineError | None
+    ) -> None: ...
 
 
 class TalkerBackend(Protocol):

@@ -15,91 +15,45 @@ free their slot in the same step.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor
 
+from voicewire.engine.backend import FrameSink, ModelParts
 from voicewire.engine.config import EngineConfig
 from voicewire.engine.decode_stage import TALKER_PRIORITY
-from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
+from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.frame_step import MIN_FRAMES, FrameStepper, GenerationOptions
+from voicewire.engine.live_streams import LiveStream, LiveStreams
 from voicewire.engine.metrics import EngineMetrics
-from voicewire.engine.prompt import (
-    Rows,
-    TextIds,
-    VoicePrompt,
-    build_voice_prompt,
-    embed_rows,
-    segment_can_start,
-    segment_rows,
-)
-from voicewire.engine.segments import Segment, SegmentQueue, TrackEntry
-from voicewire.engine.stream import Mark, Stream
-from voicewire.engine.talker import Talker
-from voicewire.engine.text_stream import TextToken
-from voicewire.engine.text_tokenizer import TextTokenizer
+from voicewire.engine.prompt import Rows, embed_rows, segment_can_start, segment_rows
+from voicewire.engine.segments import Segment, TrackEntry
+from voicewire.engine.stream import Stream
 
 log = logging.getLogger(__name__)
 
-# How a stream that was not cancelled and did not fail can end: its text spoken, its frame cap,
-# or its last sequence ended by the speech guard (config.SpeechGuard).
-CLOSED = ("end", "max_frames", "length")
 IDLE_WAIT_S = 0.05  # the loop sleeps this long at most when no stream can step
 
 
-class FrameSink(Protocol):
-    """Where frames go, in order per stream: open, frames and segment ends, then close or drop."""
+@dataclass(eq=False)
+class _SlotStream(LiveStream):
+    """A live stream with what this backend keeps of its talker sequence in its KV slot."""
 
-    def open(self, stream: Stream, warmup: Tensor | None) -> None: ...
-
-    def frames(self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry]) -> None: ...
-
-    def segment_end(self, stream: Stream, flushed: bool) -> None: ...
-
-    def drain(self, stream: Stream) -> None: ...  # no frames come for a while: send what is held
-
-    def close(self, stream: Stream, reason: str, frames: int, end_step: int) -> None: ...
-
-    def drop(
-        self, stream: Stream, reason: str, frames: int, end_step: int, error: EngineError | None
-    ) -> None: ...
-
-
-@dataclass(eq=False)  # identity: list membership and removal must not compare every field
-class _Live:
-    """The scheduler's state for one stream; `slot` is its row in every batched tensor."""
-
-    stream: Stream
-    options: GenerationOptions
-    max_frames: int | None
-    lookahead: int
-    segments: SegmentQueue
-    slot: int
-    voice: VoicePrompt | None = None
-    frames: int = 0
     frame_cap: int = 0  # frames the running segment may still reach (KV bound)
     started: bool = False  # the voice prefix is in the KV cache
-    prefilled_tokens: list[TextToken] = field(default_factory=list)  # reported with the next frame
-    ended: bool = False
-    released: bool = False
-    starved: bool = False  # waiting for text, and the decoder was told to send what it holds
     in_flight: int = 0  # frames of this stream in launched steps not read yet
     ready_since: float | None = None  # when its next sequence was first ready to start (prefill_wait)
-    cut: bool = False  # the speech guard ended its last talker sequence
 
 
 @dataclass(eq=False)
 class _Prompt:
     """A talker sequence ready to prefill: its rows go in at positions start.."""
 
-    live: _Live
+    live: _SlotStream
     segment: Segment
     rows: Rows
     start: int
@@ -111,21 +65,10 @@ class _Launched:
     """A step on its way: who it stepped (stream, segment, what it was fed) and its outputs, copied
     to host memory once `done` (None off CUDA, where the copy has already happened)."""
 
-    rows: list[tuple[_Live, Segment, TrackEntry]]
+    rows: list[tuple[_SlotStream, Segment, TrackEntry]]
     out: Tensor  # [n, 18]: 16 codes, next code 0, finite
     done: torch.cuda.Event | None
     at: float  # time.monotonic() at launch
-
-
-@dataclass(frozen=True)
-class ModelParts:
-    """What the scheduler needs of a loaded checkpoint."""
-
-    talker: Talker
-    tokenizer: TextTokenizer
-    text_ids: TextIds
-    variant: str
-    model_size: str
 
 
 class Scheduler:
@@ -154,13 +97,10 @@ class Scheduler:
         if config.cuda_graphs and on_cuda:
             self.stepper.capture()
         self.steps = 0
-        self._free = list(range(config.max_streams))
-        self._live: list[_Live] = []
-        self._incoming: list[_Live] = []
-        self._lock = threading.Lock()
-        self._reserved = 0
+        self.streams = LiveStreams(
+            _SlotStream, parts, sink, config.max_streams, config.segments, lambda: self.steps
+        )
         self._wake_event = threading.Event()
-        self._error: BaseException | None = None
         self._progress = False
         self._launched: _Launched | None = None
         # Page-locked copies of the steps' outputs, used in turn: step k+2 is launched after step k
@@ -177,14 +117,7 @@ class Scheduler:
 
     def submit(self, stream: Stream, options: GenerationOptions, lookahead: int) -> None:
         """Queue a new stream; raises EngineFull when every slot is taken."""
-        segments = SegmentQueue([], self.parts.text_ids.tts_eos, self.config.segments)
-        with self._lock:
-            if self._reserved >= self.config.max_streams:
-                raise EngineFull(f"all {self.config.max_streams} stream slots are in use")
-            slot = heapq.heappop(self._free)
-            self._reserved += 1
-            live = _Live(stream, options, stream.options.max_frames, lookahead, segments, slot)
-            self._incoming.append(live)
+        self.streams.submit(stream, options, lookahead)
 
     def wake(self) -> None:
         self._wake_event.set()
@@ -194,17 +127,15 @@ class Scheduler:
 
     @property
     def error(self) -> BaseException | None:
-        return self._error
+        return self.streams.error
 
     @property
     def live_streams(self) -> int:
-        with self._lock:
-            return self._reserved
+        return self.streams.count
 
     @property
     def used_slots(self) -> int:
-        with self._lock:
-            return self.config.max_streams - len(self._free)
+        return self.streams.used_slots
 
     # --- the scheduler's thread ----------------------------------------------------------------
 
@@ -225,7 +156,7 @@ class Scheduler:
                         self._wake_event.wait(IDLE_WAIT_S)
         except BaseException as exc:  # a bug, not a stream's fault: kept for the engine to report
             log.exception("the scheduler stopped")
-            self._error = exc
+            self.streams.stopped(exc)
 
     @torch.inference_mode()
     def step(self) -> bool:
@@ -234,19 +165,20 @@ class Scheduler:
         if self._idle_since is not None:
             self.metrics.idle_wait.observe(time.monotonic() - self._idle_since)
             self._idle_since = None
-        with self._lock:
-            incoming, self._incoming = self._incoming, []
+        incoming = self.streams.take_incoming()
         if incoming and self.stepper.device.type == "cuda":
             # Voices were made on the callers' default stream; this thread may run on its own.
             torch.cuda.current_stream(self.stepper.device).wait_stream(
                 torch.cuda.default_stream(self.stepper.device)
             )
         for live in incoming:
-            self._admit(live)
-        for live in list(self._live):
-            self._drain(live)
+            if self.streams.admit(live):
+                self.stepper.configure(live.slot, live.options, live.seed)
+        for live in list(self.streams.live):
+            if self.streams.drain(live):
+                self._release(live, "cancelled")
         prompts: list[_Prompt] = []
-        for live in list(self._live):
+        for live in list(self.streams.live):
             if len(prompts) < self.config.max_prefills_per_step:
                 prompt = self._advance(live)
                 if prompt is not None:
@@ -255,12 +187,12 @@ class Scheduler:
             prompts = []  # still ready next round, with any that join them
         if prompts:
             self._start(prompts)
-        ready = [live for live in self._live if self._ready(live)]
+        ready = [live for live in self.streams.live if self._ready(live)]
         launched = self._launch(ready) if ready else None
         if self._launched is not None:
             self._collect(self._launched)
         self._launched = launched
-        for live in self._live:
+        for live in self.streams.live:
             if not live.starved and not live.in_flight and self._waiting_for_text(live):
                 # Frames held back for a bigger chunk would wait for the text too: let them out.
                 live.starved = True
@@ -268,46 +200,13 @@ class Scheduler:
         if launched is None:
             self._last_collect = None
         busy = self._progress or bool(incoming) or bool(prompts) or launched is not None
-        if not busy and self._live:
+        if not busy and self.streams.live:
             self._idle_since = time.monotonic()
-            for live in self._live:
+            for live in self.streams.live:
                 self.metrics.idle_streams.labels(self._waiting_on(live)).inc()
         return busy
 
-    def _admit(self, live: _Live) -> None:
-        self._live.append(live)
-        try:
-            parts = self.parts
-            live.voice = build_voice_prompt(
-                parts.talker,
-                parts.tokenizer,
-                parts.text_ids,
-                live.stream.voice,
-                parts.variant,
-                parts.model_size,
-            )
-        except Exception as exc:
-            self._fail(live, exc)
-            return
-        live.segments.ref_ids = live.voice.ref_ids
-        self.stepper.configure(live.slot, live.options, live.stream.options.seed)
-        self.sink.open(live.stream, live.stream.voice.ref_codes)
-
-    def _drain(self, live: _Live) -> None:
-        items, cancel = live.stream.take_inbox()
-        if cancel:
-            self._release(live, "cancelled")
-            return
-        for item in items:
-            if item is Mark.FLUSH:
-                live.segments.close(flushed=True)
-            elif item is Mark.END:
-                live.segments.close(flushed=False)
-                live.ended = True
-            else:
-                live.segments.add(item)
-
-    def _advance(self, live: _Live) -> _Prompt | None:
+    def _advance(self, live: _SlotStream) -> _Prompt | None:
         """The stream's next talker sequence, if it has enough text to start."""
         while not live.released:
             segment = live.segments.head
@@ -325,7 +224,7 @@ class Scheduler:
             return self._prompt(live, segment)
         return None
 
-    def _prompt(self, live: _Live, segment: Segment) -> _Prompt | None:
+    def _prompt(self, live: _SlotStream, segment: Segment) -> _Prompt | None:
         voice = live.voice
         assert voice is not None
         layout = live.stream.options.layout
@@ -405,12 +304,12 @@ class Scheduler:
             live.started = True
             live.ready_since = None
             p.segment.start = p.held
-            live.prefilled_tokens = [t for t in p.segment.tokens[: p.held] if t is not None]
+            live.prefilled = [t for t in p.segment.tokens[: p.held] if t is not None]
             live.frame_cap = self.config.kv_length - (p.start + len(p.rows))
             if live.frame_cap < MIN_FRAMES:
                 self._fail(live, ValueError(f"kv_length {self.config.kv_length} leaves no room to speak"))
 
-    def _ready(self, live: _Live) -> bool:
+    def _ready(self, live: _SlotStream) -> bool:
         segment = live.segments.head
         if live.released or segment is None or segment.start < 0:
             return False
@@ -425,11 +324,11 @@ class Scheduler:
             return False
         return not self._ahead_of_listener(live)
 
-    def _ahead_of_listener(self, live: _Live) -> bool:
+    def _ahead_of_listener(self, live: _SlotStream) -> bool:
         """Backpressure: more audio unread by the stream's consumer than `max_buffered_seconds`."""
         return self.max_ahead_samples is not None and live.stream.unread_samples >= self.max_ahead_samples
 
-    def _waiting_on(self, live: _Live) -> str:
+    def _waiting_on(self, live: _SlotStream) -> str:
         """Why a stream that is not `_ready` waits, for the idle metrics: its sequence has not
         started (too little text yet, or the prefill wait), it waits for text, for its listener to
         read, or for its last frame in flight."""
@@ -442,7 +341,7 @@ class Scheduler:
             return "listener"
         return "end"
 
-    def _waiting_for_text(self, live: _Live) -> bool:
+    def _waiting_for_text(self, live: _SlotStream) -> bool:
         segment = live.segments.head
         return (
             segment is not None
@@ -450,12 +349,12 @@ class Scheduler:
             and segment.next_id(self.parts.text_ids.tts_pad) is None
         )
 
-    def _launch(self, ready: list[_Live]) -> _Launched | None:
+    def _launch(self, ready: list[_SlotStream]) -> _Launched | None:
         """Queue one frame for the ready streams; `segment.frames` counts the frames fed."""
         n = max(live.slot for live in ready) + 1
         active = [False] * n
         ids = [self.parts.text_ids.tts_pad] * n
-        rows: list[tuple[_Live, Segment, TrackEntry]] = []
+        rows: list[tuple[_SlotStream, Segment, TrackEntry]] = []
         for live in ready:
             segment = live.segments.head
             assert segment is not None
@@ -464,9 +363,9 @@ class Scheduler:
             active[live.slot] = True
             live.starved = False
             ids[live.slot] = next_id[0]
-            tokens = (*live.prefilled_tokens, *([next_id[1]] if next_id[1] is not None else []))
+            tokens = (*live.prefilled, *([next_id[1]] if next_id[1] is not None else []))
             rows.append((live, segment, TrackEntry(next_id[0], tokens)))
-            live.prefilled_tokens = []
+            live.prefilled = []
         started = time.monotonic()
         if self._last_collect is not None:
             self.metrics.step_gap.observe(started - self._last_collect)
@@ -550,32 +449,22 @@ class Scheduler:
                     self.stepper.take_back(live.slot)
                 self._end_segment(live)
 
-    def _guard_frames(self, live: _Live, segment: Segment) -> int | None:
+    def _guard_frames(self, live: _SlotStream, segment: Segment) -> int | None:
         """The speech guard's bound on this sequence (None: not guarded, or text still coming)."""
         if live.max_frames is not None or live.options.suppress_eos:
             return None
         return self.config.speech_guard.frames(segment)
 
-    def _end_segment(self, live: _Live) -> None:
+    def _end_segment(self, live: _SlotStream) -> None:
         """The running talker sequence is over; text it did not reach moves to a new segment."""
         self.sink.segment_end(live.stream, live.segments.finish_head())
 
-    def _fail(self, live: _Live, exc: Exception) -> None:
-        error = exc if isinstance(exc, EngineError) else StreamFailed(f"{type(exc).__name__}: {exc}")
-        log.warning("stream %d failed: %s", live.stream.id, error)
-        self._release(live, "error", error)
+    def _fail(self, live: _SlotStream, exc: Exception) -> None:
+        self._release(live, "error", self.streams.failure(live, exc))
 
-    def _release(self, live: _Live, reason: str, error: EngineError | None = None) -> None:
-        if live.released:
-            return
-        live.released = True
-        self._progress = True
-        self._live.remove(live)
-        if reason in CLOSED:
-            self.sink.close(live.stream, reason, live.frames, self.steps)
-        else:
-            self.sink.drop(live.stream, reason, live.frames, self.steps, error)
-        self.stepper.release(live.slot)
-        with self._lock:
-            heapq.heappush(self._free, live.slot)
-            self._reserved -= 1
+    def _release(self, live: _SlotStream, reason: str, error: EngineError | None = None) -> None:
+        if self.streams.release(live, reason, error):
+            self._progress = True
+            # After its slot is free again: only this thread configures slots and prefills, so no
+            # stream takes the slot's rows before this.
+            self.stepper.release(live.slot)

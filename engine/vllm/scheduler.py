@@ -1,7 +1,8 @@
 """The vllm backend's front end: streams become vLLM streaming-input requests, frames come back.
 
 It plays the torch `Scheduler`'s part behind the same `Engine` API, in a thread of its own that
-runs vLLM's `AsyncLLM` in an asyncio loop. The stream side is the same: text is committed into
+runs vLLM's `AsyncLLM` in an asyncio loop. The stream side is the same, and shared: streams are
+admitted, drained and released by the `LiveStreams` table (`live_streams.py`), text is committed into
 segments (`segments.py`), and each segment is one talker sequence, here one vLLM request:
 - the request's first chunk is the prompt (voice prefix + segment rows) and the text track known
   so far; text that arrives later goes in as further chunks, one placeholder token each, with
@@ -39,15 +40,14 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.output_processor import RequestOutputCollector
 
+from voicewire.engine.backend import FrameSink, ModelParts
 from voicewire.engine.config import EngineConfig
-from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
+from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.frame_step import MIN_FRAMES, GenerationOptions
-from voicewire.engine.prompt import VoicePrompt, build_voice_prompt, segment_can_start, segment_rows
-from voicewire.engine.sampling import resolve_seed
-from voicewire.engine.scheduler import CLOSED, FrameSink, ModelParts
-from voicewire.engine.segments import Segment, SegmentQueue, TrackEntry
-from voicewire.engine.stream import Mark, Stream
-from voicewire.engine.text_stream import TextToken
+from voicewire.engine.live_streams import LiveStream, LiveStreams
+from voicewire.engine.prompt import segment_can_start, segment_rows
+from voicewire.engine.segments import Segment, TrackEntry
+from voicewire.engine.stream import Stream
 from voicewire.engine.vllm import launch, register
 from voicewire.engine.vllm.sequence import EOS, FRAME, SequenceSpec, TrackChunk
 
@@ -99,22 +99,11 @@ class _Request:
 
 
 @dataclass(eq=False)
-class _Live:
-    stream: Stream
-    options: GenerationOptions
-    lookahead: int
-    segments: SegmentQueue
-    seed: int
-    voice: VoicePrompt | None = None
-    frames: int = 0
+class _RequestStream(LiveStream):
+    """A live stream with its running talker sequence's vLLM request, if any."""
+
     rounds: int = 0  # noise rounds used by finished sequences (the torch backend's count)
     request: _Request | None = None
-    prefilled: list[TextToken] = field(default_factory=list)  # reported with the next frame
-    ended: bool = False
-    released: bool = False
-    starved: bool = False
-    last_text: float = field(default_factory=time.monotonic)
-    cut: bool = False  # the speech guard ended its last talker sequence
 
 
 class VllmScheduler:
@@ -134,30 +123,17 @@ class VllmScheduler:
         self.sink = sink
         self.max_ahead_samples = max_ahead_samples
         self._args = launch.engine_args(model_dir, config)
-        self._lock = threading.Lock()
-        self._incoming: list[_Live] = []
-        self._live: list[_Live] = []
-        self._reserved = 0
+        self.streams = LiveStreams(_RequestStream, parts, sink, config.max_streams, config.segments)
         self._ids = itertools.count()
         self._loop = asyncio.new_event_loop()
         self._wake: asyncio.Event | None = None
         self._ready = threading.Event()
-        self._error: BaseException | None = None
         self._llm: AsyncLLM | None = None
 
     # --- any thread ----------------------------------------------------------------------------
 
     def submit(self, stream: Stream, options: GenerationOptions, lookahead: int) -> None:
-        segments = SegmentQueue([], self.parts.text_ids.tts_eos, self.config.segments)
-        with self._lock:
-            if self._error is not None:
-                raise RuntimeError("the vLLM talker stopped") from self._error
-            if self._reserved >= self.config.max_streams:
-                raise EngineFull(f"all {self.config.max_streams} stream slots are in use")
-            self._reserved += 1
-            self._incoming.append(
-                _Live(stream, options, lookahead, segments, resolve_seed(stream.options.seed))
-            )
+        self.streams.submit(stream, options, lookahead)
         self.wake()
 
     def wake(self) -> None:
@@ -169,24 +145,23 @@ class VllmScheduler:
 
     @property
     def error(self) -> BaseException | None:
-        with self._lock:
-            return self._error
+        return self.streams.error
 
     def wait_ready(self, timeout: float) -> None:
         """Block until vLLM has started (or raise why it did not)."""
         if not self._ready.wait(timeout):
             raise RuntimeError(f"vLLM did not start within {timeout:.0f} s")
-        if self._error is not None:
-            raise RuntimeError(f"vLLM failed to start: {self._error}") from self._error
+        error = self.streams.error
+        if error is not None:
+            raise RuntimeError(f"vLLM failed to start: {error}") from error
 
     @property
     def live_streams(self) -> int:
-        with self._lock:
-            return self._reserved
+        return self.streams.count
 
     @property
     def used_slots(self) -> int:
-        return self.live_streams
+        return self.streams.used_slots
 
     @property
     def requests_in_flight(self) -> int:
@@ -202,8 +177,7 @@ class VllmScheduler:
             self._loop.run_until_complete(self._main(stop))
         except BaseException as exc:
             log.exception("the vLLM talker stopped")
-            with self._lock:
-                self._error = exc
+            self.streams.stopped(exc)
             self._ready.set()
         finally:
             self._loop.close()
@@ -221,50 +195,24 @@ class VllmScheduler:
                 self._wake.clear()
                 await self._round()
         finally:
-            for live in list(self._live):
+            for live in list(self.streams.live):
                 await self._release(live, "error", StreamFailed("the engine was closed"))
             self._llm.shutdown()
             self._llm = None
 
     async def _round(self) -> None:
-        with self._lock:
-            incoming, self._incoming = self._incoming, []
-        for live in incoming:
-            await self._admit(live)
-        for live in list(self._live):
+        for live in self.streams.take_incoming():
+            self.streams.admit(live)
+        for live in list(self.streams.live):
             try:
                 await self._service(live)
             except Exception as exc:
                 await self._fail(live, exc)
 
-    async def _admit(self, live: _Live) -> None:
-        self._live.append(live)
-        parts = self.parts
-        voice = live.stream.voice
-        try:
-            live.voice = build_voice_prompt(
-                parts.talker, parts.tokenizer, parts.text_ids, voice, parts.variant, parts.model_size
-            )
-        except Exception as exc:
-            await self._fail(live, exc)
-            return
-        live.segments.ref_ids = live.voice.ref_ids
-        self.sink.open(live.stream, voice.ref_codes)
-
-    async def _service(self, live: _Live) -> None:
-        items, cancel = live.stream.take_inbox()
-        if cancel:
+    async def _service(self, live: _RequestStream) -> None:
+        if self.streams.drain(live):
             await self._release(live, "cancelled")
             return
-        for item in items:
-            live.last_text = time.monotonic()
-            if item is Mark.FLUSH:
-                live.segments.close(flushed=True)
-            elif item is Mark.END:
-                live.segments.close(flushed=False)
-                live.ended = True
-            else:
-                live.segments.add(item)
         if live.request is not None:
             await self._take_frames(live, live.request)
         while not live.released and live.request is None:
@@ -290,7 +238,7 @@ class VllmScheduler:
                     ),
                 )
 
-    async def _take_frames(self, live: _Live, request: _Request) -> None:
+    async def _take_frames(self, live: _RequestStream, request: _Request) -> None:
         """Frames drawn by the worker -> the decoder stage, each once its text id is known."""
         if request.collector.error is not None:
             raise request.collector.error
@@ -320,7 +268,7 @@ class VllmScheduler:
             )
             segment.frames += 1
             live.frames += 1
-            max_frames = live.stream.options.max_frames
+            max_frames = live.max_frames
             if max_frames is not None and live.frames >= max_frames:
                 await self._release(live, "max_frames")
                 return
@@ -349,7 +297,7 @@ class VllmScheduler:
             live.cut = False
             await self._end_sequence(live)
 
-    async def _end_sequence(self, live: _Live) -> None:
+    async def _end_sequence(self, live: _RequestStream) -> None:
         request = live.request
         assert request is not None
         live.request = None
@@ -357,7 +305,7 @@ class VllmScheduler:
         await self._stop(request)
         self.sink.segment_end(live.stream, live.segments.finish_head())
 
-    async def _start(self, live: _Live) -> bool:
+    async def _start(self, live: _RequestStream) -> bool:
         """Start the stream's next talker sequence if its text allows; False when it must wait."""
         voice = live.voice
         assert voice is not None
@@ -458,25 +406,15 @@ class VllmScheduler:
         assert self._llm is not None
         await self._llm.abort(request.id)
 
-    async def _fail(self, live: _Live, exc: BaseException) -> None:
-        error = exc if isinstance(exc, EngineError) else StreamFailed(f"{type(exc).__name__}: {exc}")
-        log.warning("stream %d failed: %s", live.stream.id, error)
-        await self._release(live, "error", error)
+    async def _fail(self, live: _RequestStream, exc: BaseException) -> None:
+        await self._release(live, "error", self.streams.failure(live, exc))
 
-    async def _release(self, live: _Live, reason: str, error: EngineError | None = None) -> None:
-        if live.released:
-            return
-        live.released = True
+    async def _release(self, live: _RequestStream, reason: str, error: EngineError | None = None) -> None:
+        # A released stream holds no request; nothing else runs on this loop's streams meanwhile.
         if live.request is not None:
             request, live.request = live.request, None
             await self._stop(request)
-        self._live.remove(live)
-        if reason in CLOSED:
-            self.sink.close(live.stream, reason, live.frames, 0)
-        else:
-            self.sink.drop(live.stream, reason, live.frames, 0, error)
-        with self._lock:
-            self._reserved -= 1
+        self.streams.release(live, reason, error)
 
 
 async def _chunks(queue: asyncio.Queue[StreamingInput | None]) -> AsyncGenerator[StreamingInput, None]:

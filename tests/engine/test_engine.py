@@ -212,7 +212,7 @@ def test_a_stream_waits_for_text_without_feeding_pad(engine: Engine, model: Qwen
         # On a slow machine the first half can take longer than any fixed sleep: wait until the
         # scheduler itself says the stream is starved, then prove it stays still.
         for _ in range(600):
-            live = engine.scheduler._live
+            live = engine.scheduler.streams.live
             if live and all(entry.starved for entry in live):
                 break
             await asyncio.sleep(0.05)

@@ -238,7 +238,7 @@ def test_ready_sequences_wait_for_company_while_the_talker_steps(
     )
 
     def started(stream: Stream) -> bool:
-        return any(live.stream is stream and live.started for live in scheduler._live)
+        return any(live.stream is stream and live.started for live in scheduler.streams.live)
 
     with torch.inference_mode():
         first = _open(model, scheduler, "The first voice starts alone.", max_frames=30)
