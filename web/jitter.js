@@ -2,6 +2,13 @@
 // `target` samples, and on an underrun fades out, counts it, grows the target and primes again,
 // fading back in, so gaps never click. `clear()` empties it at once (barge-in). Pure logic, no
 // audio APIs, so Node tests it directly.
+//
+// The start also waits for the server's pace: each turn's audio arrivals say how late the audio
+// came against a playback started at its first arrival (`lateness`, in samples: the start delay
+// that would have played that turn without a gap), and the next turn waits that long before it
+// starts. A server faster than real time leaves it near 0, so its turns start on `target` alone;
+// a slow one (the tiny checkpoint on a small CPU) costs each later turn that much latency instead
+// of gaps. Time is counted in rendered samples, so it is the audio clock's.
 
 export class JitterBuffer {
   constructor({ capacity, target, maxTarget, fade = 64 }) {
@@ -19,11 +26,20 @@ export class JitterBuffer {
     this.dropped = 0; // samples thrown away because the ring overflowed
     this.started = false; // anything played since the last clear
     this.finishing = false;
+    this.clock = 0; // samples rendered, silence included: the audio clock
+    this.startDelay = 0; // samples to wait after a turn's first arrival: the last turn's lateness
+    this.firstArrival = null; // the clock at this turn's first arrival
+    this.arrived = 0; // samples pushed since then
+    this.lateness = 0;
   }
 
   get level() { return this.size; }
 
   push(samples) {
+    if (this.firstArrival === null) this.firstArrival = this.clock;
+    // Had playback begun at the first arrival, it would by now want (clock - firstArrival) samples.
+    this.lateness = Math.max(this.lateness, this.clock - this.firstArrival - this.arrived);
+    this.arrived += samples.length;
     let overflow = this.size + samples.length - this.ring.length;
     if (overflow > 0) {
       // Only when the buffer explodes: drop the oldest, keep the newest.
@@ -44,8 +60,11 @@ export class JitterBuffer {
 
   /** Fill `out` (one render quantum); returns the samples of the stream it holds. */
   pull(out) {
+    const now = this.clock; // this quantum renders [now, now + out.length)
+    this.clock += out.length;
     if (!this.playing) {
-      if (this.size >= this.target) { this.playing = true; }
+      const waited = this.firstArrival !== null && now - this.firstArrival >= this.startDelay;
+      if (this.size >= this.target && (waited || this.finishing)) { this.playing = true; }
       else { out.fill(0); return 0; }
     }
     const step = 1 / this.fade;
@@ -86,7 +105,12 @@ export class JitterBuffer {
     this.finishing = true;
   }
 
+  /** The turn is over (played out or cut off): the next waits as long as this one would have needed. */
   clear() {
+    if (this.firstArrival !== null) this.startDelay = Math.min(this.maxTarget, this.lateness);
+    this.firstArrival = null;
+    this.arrived = 0;
+    this.lateness = 0;
     this.read = 0;
     this.size = 0;
     this.playing = false;

@@ -1,7 +1,7 @@
 // The playback AudioWorklet: one JitterBuffer, fed samples by the main thread, pulled once per
 // render quantum. Messages in: {type: 'push', samples, context}, {type: 'finish'},
 // {type: 'clear'} (barge-in: empty now), {type: 'tap', on} (copy rendered audio back, for
-// tests). Messages out, about every 50 ms: {type: 'stats', played, level, target, underruns,
+// tests). Messages out, about every 50 ms: {type: 'stats', played, level, target, startDelay, underruns,
 // firstFrame, context, contextPlayed}; with the tap on, {type: 'rendered', samples}.
 import { JitterBuffer } from './jitter.js';
 
@@ -44,7 +44,7 @@ class VoicewirePlayerProcessor extends AudioWorkletProcessor {
   report() {
     const j = this.jitter;
     this.port.postMessage({
-      type: 'stats', played: j.played, level: j.level, target: j.target, underruns: j.underruns,
+      type: 'stats', played: j.played, level: j.level, target: j.target, startDelay: j.startDelay, underruns: j.underruns,
       dropped: j.dropped, firstFrame: this.firstFrame, context: this.context, contextPlayed: this.contextPlayed,
       frame: currentFrame,
     });

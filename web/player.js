@@ -130,6 +130,7 @@ export class VoicewirePlayer extends EventTarget {
     return {
       played: this.worklet.played,
       bufferMs: (this.worklet.level / RATE) * 1000,
+      startDelayMs: ((this.worklet.startDelay ?? 0) / RATE) * 1000, // learned from the last turn's pace
       underruns: this.worklet.underruns,
       latencyMs: this.latencies.at(-1) ?? null,
       latenciesMs: [...this.latencies],

@@ -74,3 +74,60 @@ test('only an exploding buffer drops, and then the oldest samples', () => {
   const out = render(jb, 1);
   assert.equal(out[127], 300 + 127); // continuous from the oldest kept sample
 });
+
+// A turn as a server delivers it: chunks of 1, 2, 4 then 8 frames of 80 ms (at 48 kHz), each
+// arriving when the server has made it at `pace` times real time. Returns when playback started
+// (in samples after the first arrival) and the underruns.
+function turn(jb, pace, chunks = [1, 2, 4, 8, 8, 8, 8]) {
+  const frame = 3840;
+  const arrivals = [];
+  let at = jb.clock + QUANTUM; // the first chunk comes within the next quantum
+  const first = at;
+  for (const frames of chunks) {
+    arrivals.push({ at, samples: frames * frame });
+    at += Math.round((frames * frame) / pace);
+  }
+  const underrunsBefore = jb.underruns;
+  let started = null;
+  let next = 0;
+  while (next < arrivals.length || jb.level > 0 || jb.finishing) {
+    while (next < arrivals.length && arrivals[next].at <= jb.clock) {
+      jb.push(new Float32Array(arrivals[next].samples).fill(0.25));
+      next += 1;
+      if (next === arrivals.length) jb.finish();
+    }
+    if (jb.pull(new Float32Array(QUANTUM)) && started === null) started = jb.clock - QUANTUM - first;
+  }
+  return { started, underruns: jb.underruns - underrunsBefore };
+}
+
+test('a server slower than real time gaps its first turn; the next turns wait for its pace and play through', () => {
+  const jb = new JitterBuffer({ capacity: 48000 * 60, target: 4320, maxTarget: 48000, fade: 144 });
+  const first = turn(jb, 0.9); // slower than real time: no fixed start buffer is enough
+  assert.ok(first.underruns > 0);
+  assert.ok(jb.startDelay > 4320, `learned ${jb.startDelay}`);
+  const second = turn(jb, 0.9);
+  assert.equal(second.underruns, 0);
+  assert.ok(second.started >= jb.startDelay, `${second.started} against ${jb.startDelay}`);
+  assert.ok(second.started < jb.startDelay + 2 * QUANTUM); // and not much later than needed
+  assert.equal(turn(jb, 0.9).underruns, 0);
+});
+
+test('a fast server keeps the start on the target alone', () => {
+  const jb = new JitterBuffer({ capacity: 48000 * 60, target: 4320, maxTarget: 48000, fade: 144 });
+  const first = turn(jb, 20);
+  const second = turn(jb, 20);
+  assert.equal(first.underruns + second.underruns, 0);
+  assert.equal(jb.startDelay, 0);
+  assert.equal(second.started, first.started); // no latency added
+});
+
+test('a server that slows down is waited for from its next turn, and one that recovers is not', () => {
+  const jb = new JitterBuffer({ capacity: 48000 * 60, target: 4320, maxTarget: 48000, fade: 144 });
+  turn(jb, 20);
+  assert.ok(turn(jb, 0.8).underruns > 0);
+  assert.ok(jb.startDelay > 4320);
+  assert.equal(turn(jb, 0.8).underruns, 0);
+  turn(jb, 20);
+  assert.equal(jb.startDelay, 0); // the fast turn's pace needed no wait
+});
