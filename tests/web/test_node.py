@@ -16,4 +16,4 @@ def test_node_suites_pass() -> None:
         env={"PATH": "/usr/bin:/bin", "VOICEWIRE_PYTHON": sys.executable},
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
-    assert "# fail 0" in done.stdout and "# pass 9" in done.stdout
+    assert "# fail 0" in done.stdout and "# pass 12" in done.stdout
