@@ -32,7 +32,6 @@ from voicewire.server.errors import HTTP_STATUS, ProtocolError
 from voicewire.server.metrics import Metrics
 from voicewire.server.session import Session
 from voicewire.server.speech_api import speech_endpoints
-from voicewire.server.voice_store import VoiceLibraryConfig
 from voicewire.server.voices_api import CALLER, VoiceLibrary
 from voicewire.server.wire import JSON, SUBPROTOCOLS, Codec, Dialect
 
@@ -45,16 +44,15 @@ def create_app(
     engine: EngineClient,
     config: ServerConfig | None = None,
     close_engine: bool = False,
-    voice_library: VoiceLibraryConfig | None = None,
 ) -> Starlette:
     """An app serving `engine`. The caller owns the engine, unless `close_engine`: then the app closes
-    it when it shuts down (`voicewire serve`). `voice_library`: where stored voices live (default:
-    $VOICEWIRE_DATA_DIR or the user's data folder, opened on first use)."""
+    it when it shuts down (`voicewire serve`). Stored voices live in `config.data_dir` (opened on
+    first use)."""
     config = config or ServerConfig()
     executor = ThreadPoolExecutor(max_workers=config.codec_thread_count, thread_name_prefix="voicewire-codec")
     metrics = Metrics(engine.registry)
     auth = Auth(config)
-    library = VoiceLibrary(engine, voice_library or VoiceLibraryConfig.from_env(), metrics, shared=auth.open)
+    library = VoiceLibrary(engine, config.voice_folder, config.voices, metrics, shared=auth.open)
     speech, voices = speech_endpoints(engine, metrics, library)
     if auth.open:
         log.warning("no API keys configured: the server is open; the CLI keeps it on loopback")

@@ -92,7 +92,6 @@ def _serve(args: argparse.Namespace) -> int:
     from voicewire.engine import EngineConfig
     from voicewire.engine.engine_process import EngineProcess, RestartPolicy
     from voicewire.server.config import ServerConfig, uvicorn_options
-    from voicewire.server.voice_store import DATA_DIR_ENV
     from voicewire.server.worker import (
         WORKER_APP,
         can_balance_connections,
@@ -109,9 +108,9 @@ def _serve(args: argparse.Namespace) -> int:
         engine_config = EngineConfig.from_dict(
             {k: v for k, v in overrides.items() if v is not None} | {"model": args.model or DEFAULT_MODEL}
         )
-    server_config = ServerConfig.from_yaml(args.config, host=args.host, port=args.port, workers=args.workers)
-    if args.data_dir is not None:  # the voice library's folder, for this process and its workers
-        os.environ[DATA_DIR_ENV] = str(args.data_dir)
+    server_config = ServerConfig.from_yaml(
+        args.config, host=args.host, port=args.port, workers=args.workers, data_dir=args.data_dir
+    )
     if not (server_config.api_keys or os.environ.get("VOICEWIRE_API_KEYS")) and not _is_loopback(
         server_config.host
     ):
@@ -502,7 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--data-dir",
         type=Path,
-        help="the voice library's folder (default $VOICEWIRE_DATA_DIR, else ~/.local/share/voicewire)",
+        help="the voice library's folder (server.data_dir; default $VOICEWIRE_DATA_DIR, else the "
+        "profile's, else ~/.local/share/voicewire)",
     )
     serve.set_defaults(func=_serve)
 

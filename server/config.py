@@ -14,6 +14,46 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every server p
 
 # 0: a dead engine process stops the server; no waiting for a stream slot (engine_full at once).
 ZERO_ALLOWED = {"engine_restarts", "slot_wait_s", "slot_queue", "word_lag_frames"}
+# Settings an environment variable overrides over the profile (a flag overrides both).
+ENV = {"data_dir": "VOICEWIRE_DATA_DIR"}
+
+
+def user_data_dir() -> Path:
+    """Where `server.data_dir` is when nothing sets it: $XDG_DATA_HOME/voicewire, else
+    ~/.local/share/voicewire."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "voicewire"
+
+
+@dataclass(frozen=True)
+class VoiceLimits:
+    """`server.voices`: what the voice library accepts (docs/protocol.md, "Voice library")."""
+
+    max_upload_bytes: int = 20_000_000  # the reference file as uploaded
+    min_seconds: float = 1.0
+    max_seconds: float = 60.0
+    max_ref_text_chars: int = 1000
+    max_voices_per_key: int = 100  # with no keys: in all
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"server setting voices.{f.name} must be a number > 0, got {value!r}")
+        if self.min_seconds > self.max_seconds:
+            raise ValueError("server setting voices.min_seconds is over voices.max_seconds")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> VoiceLimits:
+        if not isinstance(data, dict):
+            raise ValueError("server setting voices must be a mapping")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown server.voices settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
+            )
+        return cls(**data)
 
 
 @dataclass(frozen=True)
@@ -57,12 +97,22 @@ class ServerConfig:
     # frame, which sounds within a frame or two. 2 frames (160 ms) splits that; not measured on
     # trained weights (the tiny checkpoint makes noise), so it is a setting.
     word_lag_frames: int = 2
+    # The voice library's folder (its SQLite file). None: user_data_dir(). A string, not a Path,
+    # so that the settings go to the workers as JSON (worker.py).
+    data_dir: str | None = None
+    voices: VoiceLimits = VoiceLimits()
 
     @property
     def codec_thread_count(self) -> int:
         return self.codec_threads or max(1, (os.cpu_count() or 2) // self.workers)
 
+    @property
+    def voice_folder(self) -> Path:
+        return Path(self.data_dir).expanduser() if self.data_dir else user_data_dir()
+
     def __post_init__(self) -> None:
+        if not isinstance(self.voices, VoiceLimits):
+            raise ValueError("server setting voices must be VoiceLimits")
         for f in fields(self):
             value = getattr(self, f.name)
             if not isinstance(value, int | float) or isinstance(value, bool):
@@ -74,11 +124,14 @@ class ServerConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path | None, **overrides: Any) -> ServerConfig:
+        """The profile's `server:` section, under the environment (ENV), under `overrides` (flags;
+        None: not given)."""
         data: dict[str, Any] = {}
         if path is not None:
             with open(path, encoding="utf-8") as f:
                 profile = yaml.safe_load(f) or {}
             data = dict(profile.get("server", {}) or {})
+        data.update({name: os.environ[var] for name, var in ENV.items() if os.environ.get(var)})
         data.update({k: v for k, v in overrides.items() if v is not None})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
@@ -93,6 +146,10 @@ class ServerConfig:
                 ):
                     raise ValueError(f"server setting {name} must be a list of strings")
                 data[name] = tuple(data[name])
+        if "voices" in data:
+            data["voices"] = VoiceLimits.from_dict(data["voices"] or {})
+        if data.get("data_dir") is not None:
+            data["data_dir"] = str(data["data_dir"])
         return cls(**data)
 
 

@@ -4,8 +4,16 @@ options and the output format, each checked against the loaded engine."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from voicewire.engine import ChunkSchedule, EngineError, SamplingParams, StreamOptions, Voice
+from voicewire.engine import (
+    ChunkSchedule,
+    EngineError,
+    InvalidOptions,
+    SamplingParams,
+    StreamOptions,
+    Voice,
+)
 from voicewire.engine.api import EngineClient
 from voicewire.server import protocol as p
 from voicewire.server.encoder import OutputFormat
@@ -64,7 +72,29 @@ def _options(message: p.Start, engine: EngineClient) -> StreamOptions:
 
 
 def _stream_options(message: p.Start, engine: EngineClient) -> StreamOptions:
-    sampling, buffering = message.sampling, message.buffering
+    buffering = message.buffering
+    chunks = None
+    if buffering.first_chunk_frames is not None or buffering.chunk_frames is not None:
+        default = engine.config.chunks
+        chunks = ChunkSchedule(
+            first_frames=buffering.first_chunk_frames or default.first_frames,
+            frames=tuple(buffering.chunk_frames or default.frames),
+        )
+    return sampled_options(
+        message.sampling,
+        engine,
+        layout=message.layout,
+        max_frames=message.max_frames,
+        suppress_eos=message.suppress_eos,
+        lookahead_tokens=buffering.lookahead_tokens,
+        chunks=chunks,
+    )
+
+
+def sampled_options(sampling: p.SamplingSpec, engine: EngineClient, **options: Any) -> StreamOptions:
+    """StreamOptions sampling as `sampling` says (the socket's `start.sampling`, or the same fields
+    of POST /v1/audio/speech), with the other `options`; unset sampling fields take the checkpoint's
+    generation_config.json. Raises ProtocolError(invalid_options)."""
     talker = None
     if any(v is not None for v in (sampling.temperature, sampling.top_k, sampling.top_p)):
         defaults = engine.info.generation_config
@@ -76,22 +106,14 @@ def _stream_options(message: p.Start, engine: EngineClient) -> StreamOptions:
             )
         except ValueError as exc:
             raise ProtocolError("invalid_options", str(exc)) from None
-    chunks = None
-    if buffering.first_chunk_frames is not None or buffering.chunk_frames is not None:
-        default = engine.config.chunks
-        chunks = ChunkSchedule(
-            first_frames=buffering.first_chunk_frames or default.first_frames,
-            frames=tuple(buffering.chunk_frames or default.frames),
-        )
     penalty = sampling.repetition_penalty
-    return StreamOptions(
-        layout=message.layout,
-        greedy=sampling.greedy,
-        seed=sampling.seed,
-        talker=talker,
-        repetition_penalty=None if penalty is None else float(penalty),
-        max_frames=message.max_frames,
-        suppress_eos=message.suppress_eos,
-        lookahead_tokens=buffering.lookahead_tokens,
-        chunks=chunks,
-    )
+    try:
+        return StreamOptions(
+            greedy=sampling.greedy,
+            seed=sampling.seed,
+            talker=talker,
+            repetition_penalty=None if penalty is None else float(penalty),
+            **options,
+        )
+    except InvalidOptions as exc:  # e.g. greedy with a seed
+        raise ProtocolError("invalid_options", exc.message) from None

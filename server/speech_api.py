@@ -9,6 +9,8 @@ The speech endpoint takes the whole text at once and answers with 24 kHz 16-bit 
 `pcm` (raw) or `wav`, either streamed as it is generated (`stream: true`; the WAV header then
 declares an unknown length) or in one body. `stream_format: "sse"` streams the same bytes as
 OpenAI's `speech.audio.delta` events instead, then `speech.audio.done` (speech_events.py).
+Sampling takes the socket's options (`greedy`, `seed`, `temperature`, `top_k`, `top_p`,
+`repetition_penalty`), checked as the socket checks them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     StrictBool,
@@ -33,14 +34,17 @@ from pydantic import (
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from voicewire.engine import EngineError, EngineFull, StreamOptions, Voice
+from voicewire.engine import EngineError, EngineFull, Voice
 from voicewire.engine.api import EngineClient
 from voicewire.engine.handle import StreamHandle
 from voicewire.engine.stream import SAMPLE_RATE, AudioChunk
 from voicewire.engine.text_tokenizer import cached_tokenizer
+from voicewire.server import protocol as p
 from voicewire.server.admission import Admission
+from voicewire.server.errors import ProtocolError
 from voicewire.server.http_errors import HttpError, error_response
 from voicewire.server.metrics import Metrics
+from voicewire.server.settings import sampled_options
 from voicewire.server.speech_events import (
     HEADERS,
     MEDIA_TYPE,
@@ -64,8 +68,12 @@ MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
 MAX_INPUT_CHARS = 20000
 
 
-class SpeechRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SpeechRequest(p.SamplingSpec):
+    """The body. Its sampling fields (greedy, seed, temperature, top_k, top_p,
+    repetition_penalty) are the socket's `start.sampling`, flat, with the same bounds: one
+    definition (protocol.SamplingSpec) and one check (settings.sampled_options)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     input: Annotated[StrictStr, Field(min_length=1, max_length=MAX_INPUT_CHARS)]
     model: StrictStr | None = None  # accepted for compatibility; the server has one model
@@ -78,7 +86,6 @@ class SpeechRequest(BaseModel):
     speed: Annotated[StrictFloat | StrictInt, Field(ge=0.25, le=4.0)] = 1.0
     stream: StrictBool = False
     stream_format: Literal["audio", "sse"] = "audio"  # sse: always streamed, whatever `stream` says
-    seed: StrictInt | None = None
 
     @field_validator("voice", mode="before")
     @classmethod
@@ -140,7 +147,7 @@ async def _after(first: AudioChunk, rest: AsyncIterator[AudioChunk]) -> AsyncIte
 
 def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibrary):
     # The largest body: a one-off ref_audio at the upload limit, in base64, and the text.
-    body_limit = (library.config.max_upload_bytes + 2) // 3 * 4 + 4 * MAX_INPUT_CHARS + JSON_OVERHEAD
+    body_limit = (library.limits.max_upload_bytes + 2) // 3 * 4 + 4 * MAX_INPUT_CHARS + JSON_OVERHEAD
 
     async def speech(request: Request) -> Response:
         try:
@@ -184,12 +191,12 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
             if body.voice is not None:
                 raise HttpError(400, "invalid_voice", "give a stored voice or ref_audio, not both")
             ref_text = library.check_ref_text(body.ref_text)
-            data = decode_base64_audio(body.ref_audio, library.config)
-            if len(data) > library.config.max_upload_bytes:
+            data = decode_base64_audio(body.ref_audio, library.limits)
+            if len(data) > library.limits.max_upload_bytes:
                 raise HttpError(
-                    413, "upload_too_large", f"ref_audio is over {library.config.max_upload_bytes} bytes"
+                    413, "upload_too_large", f"ref_audio is over {library.limits.max_upload_bytes} bytes"
                 )
-            reference = await asyncio.to_thread(decode_reference, data, library.config)
+            reference = await asyncio.to_thread(decode_reference, data, library.limits)
             return await library.clone(reference, ref_text, body.language)
         if body.ref_text is not None:
             raise HttpError(400, "invalid_voice", "ref_text needs ref_audio")
@@ -208,10 +215,14 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
                 f"response_format {body.response_format!r} is not supported; use wav or pcm",
                 "unsupported_format",
             )
+        try:
+            options = sampled_options(body, engine)
+        except ProtocolError as error:
+            return _error(400, error.message, error.code)
         voice = await _voice(body, identity)
         try:
             # Waits in line for a slot when none is free (server/admission.py).
-            stream = await admission.open_stream(voice, StreamOptions(seed=body.seed))
+            stream = await admission.open_stream(voice, options)
         except EngineFull as exc:
             return _error(503, exc.message, exc.code)  # with Retry-After (http_errors.py)
         except EngineError as exc:

@@ -15,7 +15,6 @@ processes (`server.workers`) share the file; `busy_timeout` makes writers queue,
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 import sqlite3
 import threading
@@ -27,37 +26,7 @@ from typing import Any
 
 import numpy as np
 
-DATA_DIR_ENV = "VOICEWIRE_DATA_DIR"
-MAX_VOICES_ENV = "VOICEWIRE_MAX_VOICES_PER_KEY"
 DATABASE = "voices.sqlite3"
-
-
-def default_data_dir() -> Path:
-    """$VOICEWIRE_DATA_DIR, else $XDG_DATA_HOME/voicewire, else ~/.local/share/voicewire."""
-    if os.environ.get(DATA_DIR_ENV):
-        return Path(os.environ[DATA_DIR_ENV]).expanduser()
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "voicewire"
-
-
-@dataclass(frozen=True)
-class VoiceLibraryConfig:
-    """The voice library's settings (to move into ServerConfig as `server.data_dir` and `voices:`)."""
-
-    data_dir: Path
-    max_upload_bytes: int = 20_000_000  # the reference file as uploaded
-    min_seconds: float = 1.0
-    max_seconds: float = 60.0
-    max_ref_text_chars: int = 1000
-    max_voices_per_key: int = 100  # with no keys: in all
-
-    @classmethod
-    def from_env(cls, data_dir: Path | str | None = None, **overrides: Any) -> VoiceLibraryConfig:
-        """`data_dir` (the `--data-dir` flag) over $VOICEWIRE_DATA_DIR over the user's data folder."""
-        if MAX_VOICES_ENV in os.environ:
-            overrides.setdefault("max_voices_per_key", int(os.environ[MAX_VOICES_ENV]))
-        folder = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
-        return cls(data_dir=folder, **overrides)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import json
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
@@ -36,12 +37,12 @@ from starlette.responses import JSONResponse, Response
 from voicewire.engine import EngineError, Voice
 from voicewire.engine.api import EngineClient
 from voicewire.engine.stream import SAMPLE_RATE
+from voicewire.server.config import VoiceLimits
 from voicewire.server.http_errors import HttpError
 from voicewire.server.metrics import Metrics
 from voicewire.server.voice_store import (
     StoredVoice,
     TooManyVoices,
-    VoiceLibraryConfig,
     VoiceStore,
     new_voice_id,
     owner_hash,
@@ -80,15 +81,15 @@ class Reference:
         return digest.hexdigest()
 
 
-def decode_reference(data: bytes, config: VoiceLibraryConfig) -> Reference:
+def decode_reference(data: bytes, limits: VoiceLimits) -> Reference:
     """An uploaded file -> mono 24 kHz float32, checked; raises HttpError. Blocks: run in a thread."""
     if not data:
         raise HttpError(400, "empty_audio", "the reference audio is empty")
     try:
         with sf.SoundFile(io.BytesIO(data)) as f:
             rate, frames = f.samplerate, f.frames
-            if frames > 0 and frames / rate > config.max_seconds:  # before decoding it all
-                raise _too_long(frames / rate, config)
+            if frames > 0 and frames / rate > limits.max_seconds:  # before decoding it all
+                raise _too_long(frames / rate, limits)
             audio = f.read(dtype="float32", always_2d=True)
     except (sf.SoundFileError, RuntimeError, TypeError, ValueError) as exc:
         raise HttpError(
@@ -97,13 +98,13 @@ def decode_reference(data: bytes, config: VoiceLibraryConfig) -> Reference:
     if audio.shape[0] == 0:
         raise HttpError(400, "empty_audio", "the reference audio holds no samples")
     duration = audio.shape[0] / rate
-    if duration > config.max_seconds:
-        raise _too_long(duration, config)
-    if duration < config.min_seconds:
+    if duration > limits.max_seconds:
+        raise _too_long(duration, limits)
+    if duration < limits.min_seconds:
         raise HttpError(
             400,
             "audio_too_short",
-            f"the reference is {duration:.2f} s long; at least {config.min_seconds:g} s is needed",
+            f"the reference is {duration:.2f} s long; at least {limits.min_seconds:g} s is needed",
         )
     mono = audio.mean(axis=1, dtype=np.float32)  # as the official code downmixes
     if not np.isfinite(mono).all() or float(np.abs(mono).max()) < SILENCE_PEAK:
@@ -113,9 +114,9 @@ def decode_reference(data: bytes, config: VoiceLibraryConfig) -> Reference:
     return Reference(np.ascontiguousarray(mono), duration)
 
 
-def _too_long(seconds: float, config: VoiceLibraryConfig) -> HttpError:
+def _too_long(seconds: float, limits: VoiceLimits) -> HttpError:
     return HttpError(
-        400, "audio_too_long", f"the reference is {seconds:.1f} s long; at most {config.max_seconds:g} s"
+        400, "audio_too_long", f"the reference is {seconds:.1f} s long; at most {limits.max_seconds:g} s"
     )
 
 
@@ -136,9 +137,9 @@ def _too_large(limit: int) -> HttpError:
     return HttpError(413, "upload_too_large", f"the upload is larger than {limit} bytes")
 
 
-def decode_base64_audio(text: str, config: VoiceLibraryConfig) -> bytes:
-    if len(text) > (config.max_upload_bytes + 2) // 3 * 4:
-        raise _too_large(config.max_upload_bytes)
+def decode_base64_audio(text: str, limits: VoiceLimits) -> bytes:
+    if len(text) > (limits.max_upload_bytes + 2) // 3 * 4:
+        raise _too_large(limits.max_upload_bytes)
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -151,11 +152,12 @@ CALLER: ContextVar[tuple[VoiceLibrary, str] | None] = ContextVar("voicewire_voic
 
 class VoiceLibrary:
     def __init__(
-        self, engine: EngineClient, config: VoiceLibraryConfig, metrics: Metrics, shared: bool
+        self, engine: EngineClient, folder: Path, limits: VoiceLimits, metrics: Metrics, shared: bool
     ) -> None:
-        """`shared`: no API keys, so every caller sees every voice."""
-        self.engine, self.config, self.metrics, self.shared = engine, config, metrics, shared
-        self.store = VoiceStore(config.data_dir)  # opened on first use: other variants never touch it
+        """Voices in `folder` (server.data_dir) within `limits` (server.voices). `shared`: no API
+        keys, so every caller sees every voice."""
+        self.engine, self.limits, self.metrics, self.shared = engine, limits, metrics, shared
+        self.store = VoiceStore(folder)  # opened on first use: other variants never touch it
 
     def _owner(self, identity: str) -> str | None:
         """The owner to filter on; None: all (no keys)."""
@@ -212,11 +214,11 @@ class VoiceLibrary:
         return voice
 
     def check_ref_text(self, ref_text: str | None) -> str | None:
-        if ref_text is not None and len(ref_text) > self.config.max_ref_text_chars:
+        if ref_text is not None and len(ref_text) > self.limits.max_ref_text_chars:
             raise HttpError(
                 400,
                 "ref_text_too_long",
-                f"ref_text has {len(ref_text)} characters; at most {self.config.max_ref_text_chars}",
+                f"ref_text has {len(ref_text)} characters; at most {self.limits.max_ref_text_chars}",
             )
         return ref_text or None
 
@@ -243,10 +245,10 @@ class VoiceLibrary:
         fields, data = await self._upload(request)
         ref_text = self.check_ref_text(fields.ref_text)
         owner = owner_hash(request.state.identity)
-        limit = self.config.max_voices_per_key
+        limit = self.limits.max_voices_per_key
         if await asyncio.to_thread(self.store.count, None if self.shared else owner) >= limit:
             raise _too_many(limit)  # before the work; the insert checks again
-        reference = await asyncio.to_thread(decode_reference, data, self.config)
+        reference = await asyncio.to_thread(decode_reference, data, self.limits)
         voice = await self.clone(reference, ref_text, fields.language)
         assert voice.xvector is not None
         stored = StoredVoice(
@@ -274,33 +276,33 @@ class VoiceLibrary:
 
     async def _upload(self, request: Request) -> tuple[UploadFields, bytes]:
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        config = self.config
+        limits = self.limits
         if kind.startswith("multipart/"):
             return await self._multipart(request)
         if kind.startswith("audio/") or kind == "application/octet-stream":
-            data = await read_body(request, config.max_upload_bytes)
+            data = await read_body(request, limits.max_upload_bytes)
             return _fields(UploadFields, dict(request.query_params)), data
         if kind not in ("", "application/json"):
             raise HttpError(
                 415, "unsupported_media_type", f"content type {kind!r}: send JSON or an audio file"
             )
-        raw = await read_body(request, (config.max_upload_bytes + 2) // 3 * 4 + JSON_OVERHEAD)
-        return await asyncio.to_thread(_json_upload, raw, config)  # megabytes: off the event loop
+        raw = await read_body(request, (limits.max_upload_bytes + 2) // 3 * 4 + JSON_OVERHEAD)
+        return await asyncio.to_thread(_json_upload, raw, limits)  # megabytes: off the event loop
 
     async def _multipart(self, request: Request) -> tuple[UploadFields, bytes]:
         declared = request.headers.get("content-length", "")
         if not declared.isdigit():
             raise HttpError(411, "length_required", "a multipart upload needs a Content-Length")
-        if int(declared) > self.config.max_upload_bytes + JSON_OVERHEAD:
-            raise _too_large(self.config.max_upload_bytes)
+        if int(declared) > self.limits.max_upload_bytes + JSON_OVERHEAD:
+            raise _too_large(self.limits.max_upload_bytes)
         async with request.form(max_files=1, max_fields=8) as form:
             upload = form.get("file")
             if upload is None or isinstance(upload, str):
                 raise HttpError(400, "invalid_request", "file: the reference audio file is missing")
-            data = await upload.read(self.config.max_upload_bytes + 1)
+            data = await upload.read(self.limits.max_upload_bytes + 1)
             values = {k: v for k, v in form.items() if k != "file" and isinstance(v, str)}
-        if len(data) > self.config.max_upload_bytes:
-            raise _too_large(self.config.max_upload_bytes)
+        if len(data) > self.limits.max_upload_bytes:
+            raise _too_large(self.limits.max_upload_bytes)
         return _fields(UploadFields, values), data
 
     async def list(self, request: Request) -> list[dict[str, Any]]:
@@ -328,13 +330,13 @@ class VoiceLibrary:
         return JSONResponse({"id": voice_id, "deleted": True})
 
 
-def _json_upload(raw: bytes, config: VoiceLibraryConfig) -> tuple[UploadFields, bytes]:
+def _json_upload(raw: bytes, limits: VoiceLimits) -> tuple[UploadFields, bytes]:
     try:
         payload = json.loads(raw)
     except (ValueError, RecursionError):
         raise HttpError(400, "invalid_request", "the body is not JSON") from None
     upload = _fields(JsonUpload, payload)
-    return upload, decode_base64_audio(upload.audio, config)
+    return upload, decode_base64_audio(upload.audio, limits)
 
 
 def _fields(model: type[UploadFields], payload: Any) -> Any:

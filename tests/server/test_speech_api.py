@@ -9,6 +9,7 @@ import numpy as np
 import soundfile as sf
 
 from tests.server.wsclient import WireClient
+from voicewire.engine import SamplingParams, StreamOptions
 
 TEXT = "Hello there, this is a test."
 
@@ -54,7 +55,7 @@ def test_bad_requests_are_4xx_with_openai_errors(server) -> None:
         ({"speed": 5.0}, "invalid_request"),
         ({"voice": "nobody"}, "invalid_voice"),
         ({"input": ""}, "invalid_request"),
-        ({"temperature": 2}, "invalid_request"),
+        ({"temperature": 0}, "invalid_request"),
     ]
     for body, code in cases:
         response = _post(server, **body)
@@ -92,6 +93,46 @@ def test_every_client_mistake_is_a_4xx_with_its_code(server) -> None:
         ("GET", f"{server.http}/v1/tokens"),
     ):
         assert 400 <= httpx.request(method, url, timeout=10).status_code < 500, (method, url)
+
+
+def _engine_pcm16(server, speaker: str, options: StreamOptions) -> bytes:
+    """TEXT spoken by the server's engine itself with `options`, as the endpoint's pcm bytes."""
+
+    async def run() -> np.ndarray:
+        engine = server.engine
+        stream = engine.open_stream(await engine.voice(speaker=speaker), options)
+        stream.push_text(TEXT)
+        stream.end()
+        return np.concatenate([chunk.pcm async for chunk in stream])
+
+    pcm = asyncio.run(run())
+    return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+
+
+def test_the_sockets_sampling_options(server) -> None:
+    """greedy, seed, temperature, top_k, top_p and repetition_penalty reach the engine as the
+    socket's start.sampling sends them, and are refused with the socket's codes."""
+    greedy = _post(server, voice="serena", response_format="pcm", greedy=True)
+    assert greedy.status_code == 200, greedy.text
+    assert greedy.content == _engine_pcm16(server, "serena", StreamOptions(greedy=True))
+    seeded = _post(server, voice="serena", response_format="pcm", seed=4)
+    assert seeded.status_code == 200 and seeded.content != greedy.content
+    fields = {"temperature": 0.5, "top_k": 3, "top_p": 0.9, "repetition_penalty": 1.2}
+    tuned = _post(server, voice="serena", response_format="pcm", seed=4, **fields)
+    talker = SamplingParams(temperature=0.5, top_k=3, top_p=0.9)
+    options = StreamOptions(seed=4, talker=talker, repetition_penalty=1.2)
+    assert tuned.status_code == 200 and tuned.content == _engine_pcm16(server, "serena", options)
+    assert tuned.content != seeded.content
+    cases = [
+        ({"greedy": True, "seed": 1}, "invalid_options"),  # as the socket: greedy takes no seed
+        ({"greedy": "yes"}, "invalid_request"),  # the socket's invalid_message: a mistyped field
+        ({"top_k": -1}, "invalid_request"),
+        ({"top_p": 1.5}, "invalid_request"),
+        ({"repetition_penalty": 0}, "invalid_request"),
+    ]
+    for body, code in cases:
+        response = _post(server, voice="serena", **body)
+        assert (response.status_code, response.json()["error"]["code"]) == (400, code), (body, response.text)
 
 
 def test_speed_changes_the_length(server) -> None:

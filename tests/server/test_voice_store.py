@@ -12,9 +12,7 @@ from voicewire.server.voice_store import (
     SCHEMA_VERSION,
     StoredVoice,
     TooManyVoices,
-    VoiceLibraryConfig,
     VoiceStore,
-    default_data_dir,
     migrate,
     new_voice_id,
     owner_hash,
@@ -126,17 +124,6 @@ def test_migrations_and_a_newer_schema(tmp_path: Path) -> None:
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     with pytest.raises(RuntimeError, match="schema version"):
         migrate(db)
-
-
-def test_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("VOICEWIRE_DATA_DIR", raising=False)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    assert default_data_dir() == tmp_path / "xdg" / "voicewire"
-    monkeypatch.setenv("VOICEWIRE_DATA_DIR", str(tmp_path / "env"))
-    assert VoiceLibraryConfig.from_env().data_dir == tmp_path / "env"
-    assert VoiceLibraryConfig.from_env(tmp_path / "flag").data_dir == tmp_path / "flag"
-    monkeypatch.setenv("VOICEWIRE_MAX_VOICES_PER_KEY", "7")
-    assert VoiceLibraryConfig.from_env().max_voices_per_key == 7
 
 
 def test_two_stores_opening_a_new_library_at_once(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ bad input, restarts and metrics."""
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import io
 import json
 from collections.abc import Iterator
@@ -21,8 +22,8 @@ from websockets.asyncio.client import connect
 from tests.server.conftest import RunningServer
 from voicewire.engine import Engine, EngineConfig, StreamOptions
 from voicewire.server.app import BackgroundServer, create_app
-from voicewire.server.config import ServerConfig
-from voicewire.server.voice_store import VoiceLibraryConfig, VoiceStore, new_voice_id
+from voicewire.server.config import ServerConfig, VoiceLimits
+from voicewire.server.voice_store import VoiceStore, new_voice_id
 from voicewire.server.voices_api import VoiceLibrary
 from voicewire.server.wire import MSGPACK
 
@@ -52,7 +53,8 @@ class LibraryServer(RunningServer):
 
 @contextlib.contextmanager
 def library_server(engine, data_dir: Path, config: ServerConfig, **limits) -> Iterator[LibraryServer]:
-    app = create_app(engine, config, voice_library=VoiceLibraryConfig(data_dir=data_dir, **limits))
+    config = dataclasses.replace(config, data_dir=str(data_dir), voices=VoiceLimits(**limits))
+    app = create_app(engine, config)
     runner = BackgroundServer(app)
     port = runner.start()
     try:

@@ -1,0 +1,66 @@
+"""server/config.py: the `server:` section of a profile, the environment and flags over it, and
+the voice library's settings within it."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from voicewire.server.config import ServerConfig, VoiceLimits, user_data_dir
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def _profile(tmp_path: Path, server: dict) -> Path:
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump({"server": server}))
+    return path
+
+
+def test_data_dir_from_the_profile_then_the_environment_then_the_flag(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("VOICEWIRE_DATA_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert ServerConfig.from_yaml(None).voice_folder == user_data_dir() == tmp_path / "xdg" / "voicewire"
+    profile = _profile(tmp_path, {"data_dir": str(tmp_path / "profile")})
+    assert ServerConfig.from_yaml(profile).voice_folder == tmp_path / "profile"
+    monkeypatch.setenv("VOICEWIRE_DATA_DIR", str(tmp_path / "env"))
+    assert ServerConfig.from_yaml(profile).voice_folder == tmp_path / "env"
+    flagged = ServerConfig.from_yaml(profile, data_dir=tmp_path / "flag")
+    assert flagged.voice_folder == tmp_path / "flag" and flagged.data_dir == str(tmp_path / "flag")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert ServerConfig(data_dir="~/voices").voice_folder == tmp_path / "home" / "voices"
+
+
+def test_voice_limits_from_the_profile(tmp_path: Path) -> None:
+    profile = _profile(tmp_path, {"voices": {"max_seconds": 30, "max_voices_per_key": 7}})
+    limits = ServerConfig.from_yaml(profile).voices
+    assert limits == VoiceLimits(max_seconds=30, max_voices_per_key=7)
+    assert limits.max_upload_bytes == 20_000_000 and limits.max_ref_text_chars == 1000  # defaults
+    assert ServerConfig.from_yaml(_profile(tmp_path, {"voices": None})).voices == VoiceLimits()
+    refused = [
+        ({"voices": {"max_voices": 3}}, "unknown server.voices settings: max_voices"),
+        ({"voices": {"max_seconds": 0}}, "voices.max_seconds must be a number > 0"),
+        ({"voices": {"max_upload_bytes": "big"}}, "voices.max_upload_bytes must be a number > 0"),
+        ({"voices": {"min_seconds": 5, "max_seconds": 2}}, "min_seconds is over voices.max_seconds"),
+        ({"voices": [1]}, "voices must be a mapping"),
+        ({"voice_dir": "x"}, "unknown server settings: voice_dir"),
+    ]
+    for server, message in refused:
+        with pytest.raises(ValueError, match=message):
+            ServerConfig.from_yaml(_profile(tmp_path, server))
+
+
+def test_the_settings_travel_to_workers_as_json(tmp_path: Path) -> None:
+    """worker.py sends the settings as JSON and reads them back with from_yaml."""
+    config = ServerConfig(data_dir=str(tmp_path), voices=VoiceLimits(max_seconds=9), api_keys=("k",))
+    again = ServerConfig.from_yaml(None, **json.loads(json.dumps(dataclasses.asdict(config))))
+    assert again == config
+
+
+@pytest.mark.parametrize("profile", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_profile_loads(profile: Path) -> None:
+    assert ServerConfig.from_yaml(profile).voices.max_upload_bytes > 0
