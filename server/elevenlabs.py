@@ -143,6 +143,8 @@ class ElevenLabsDialect:
     """One socket's translation. `multi`: multi-stream-input (contexts by `context_id`), else
     stream-input (one utterance; the socket closes after its final message)."""
 
+    chunk_sent = True  # a chunk's audio message goes out with the words spoken in it
+
     def __init__(self, voice_id: str, query: Query, multi: bool) -> None:
         self.voice_id = voice_id
         self.query = query

@@ -191,8 +191,9 @@ class Pong(_Message):
 
 
 class ChunkSent(_Message):
-    """Never on the wire (v1's Codec writes nothing for it): all of one engine chunk's messages (its
-    audio, progress and words) are out, for a dialect that sends a chunk's audio and words together."""
+    """Never on the wire: all of one engine chunk's messages (its audio, progress and words) are out,
+    for a dialect that sends a chunk's audio and words together (one whose `chunk_sent` is set; the
+    session emits none for v1's Codec)."""
 
     type: Literal["chunk_sent"] = "chunk_sent"
     context_id: str

@@ -487,7 +487,8 @@ class Session:
                     self._time_words(context, context.words, chunk)
                 if chunk.flushed:
                     self._emit(p.Flushed(context_id=context.id, pts=context.encoder.sent_samples))
-                self._emit(p.ChunkSent(context_id=context.id))
+                if self.dialect.chunk_sent:
+                    self._emit(p.ChunkSent(context_id=context.id))
             if context.state is ContextState.CANCELLED:
                 return
             result = await stream.wait()

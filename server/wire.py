@@ -19,7 +19,7 @@ from websockets.exceptions import InvalidState, PayloadTooBig
 from websockets.frames import CloseCode, Frame, Opcode
 
 from voicewire.server.errors import ProtocolError
-from voicewire.server.protocol import CLIENT_TYPES, ChunkSent, Error, ServerMessage, client_message
+from voicewire.server.protocol import CLIENT_TYPES, Error, ServerMessage, client_message
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,10 @@ class Dialect(Protocol):
     the dialect (none for one it has no word for). `Codec` is v1 itself; server/elevenlabs.py speaks
     ElevenLabs' stream-input sockets."""
 
+    # Whether the session tells it, with the internal ChunkSent, that a chunk's audio, progress and
+    # words are all out (a dialect that groups them per chunk); one message per chunk saved if not.
+    chunk_sent: bool
+
     def opening(self) -> list[Any]:
         """Messages the session handles before the first frame (a dialect whose socket says its
         settings in its URL starts the session itself)."""
@@ -104,6 +108,7 @@ class Codec:
             raise ValueError(f"unknown subprotocol {subprotocol!r}")
         self.subprotocol = subprotocol
         self.binary = subprotocol == MSGPACK
+        self.chunk_sent = False  # v1 has no such message
 
     def decode(self, text: str | None, data: bytes | None) -> Any:
         if self.binary:
@@ -133,7 +138,7 @@ class Codec:
         return [self.decode(text, data)]
 
     def write(self, message: ServerMessage) -> list[str | bytes]:
-        return [] if isinstance(message, ChunkSent) else [self.encode(message)]
+        return [self.encode(message)]
 
     def closes_after(self, message: ServerMessage) -> int | None:
         return None
