@@ -2,10 +2,14 @@
 // Usage: node browser.mjs BASE_URL SCENARIO OUT_DIR; prints one JSON object with what it saw.
 import { chromium } from 'playwright-core';
 
+import { decode } from '../../web/msgpack.js';
+
 const [base, scenario, outDir] = process.argv.slice(2);
+// The clone scenario records from Chromium's fake microphone (a beep), its permission granted.
+const microphone = ['--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream'];
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--autoplay-policy=no-user-gesture-required', '--no-sandbox'],
+  args: ['--autoplay-policy=no-user-gesture-required', '--no-sandbox', ...(scenario === 'clone' ? microphone : [])],
 });
 const result = { scenario };
 
@@ -21,29 +25,10 @@ async function playedOut(page) {
   }, null, { timeout: 30000, polling: 50 });
   await page.waitForTimeout(100);
 }
-try {
-  const page = await browser.newPage({ viewport: { width: 390, height: 844 } }); // a phone
-  const logs = [];
-  page.on('console', (m) => logs.push(m.text()));
-  page.on('pageerror', (e) => logs.push(`pageerror: ${e.message}`));
-  if (scenario === 'pcm') {
-    // A browser whose WebCodecs has no Opus (some Safari versions): the player must notice alone.
-    await page.addInitScript(() => { delete window.AudioDecoder; delete window.EncodedAudioChunk; });
-  }
-  const format = 'auto';
-  // The tiny checkpoint on this 2-core CI machine runs at 1.0-1.7x real time alone and below real
-  // time beside Chromium; random weights never say EOS, so a turn would run to its 20 s bound and
-  // no start buffer could cover the deficit. The typing turn is cut at 30 frames (2.4 s of audio):
-  // a 1 s start buffer then plays it gap-free down to 0.6x real time.
-  const extra = {
-    fidelity: '&greedy=1&maxFrames=24&bitrate=128000',
-    typing: '&maxFrames=30',
-    pcm: '&maxFrames=30',
-    turns: '&maxFrames=12',
-  }[scenario] || '';
-  await page.goto(`${base}/?format=${format}&target=1000${extra}`);
+
+// Waits for the page's session and records what its player does in window.seen; its codec.
+async function watchPlayer(page) {
   await page.waitForFunction(() => window.voicewire?.ready === true, null, { timeout: 30000 });
-  result.codec = await page.evaluate(() => window.voicewire.stats().codec);
   await page.evaluate((text) => { window.FIDELITY_TEXT = text; }, process.env.FIDELITY_TEXT || '');
   await page.evaluate(() => {
     const p = window.voicewire;
@@ -61,8 +46,125 @@ try {
     p.addEventListener('done', (e) => { window.seen.done = e.detail; window.seen.dones.push(e.detail.context_id); });
     p.addEventListener('rendered', (e) => { window.seen.rendered.push([performance.now(), e.detail.length]); });
   });
+  return page.evaluate(() => window.voicewire.stats().codec);
+}
 
-  if (scenario === 'typing' || scenario === 'pcm') {
+try {
+  const page = await browser.newPage({ viewport: { width: 390, height: 844 } }); // a phone
+  const logs = [];
+  page.on('console', (m) => logs.push(m.text()));
+  page.on('pageerror', (e) => logs.push(`pageerror: ${e.message}`));
+  // Each socket the page opens: the voice its start carried, the samples of audio it got per
+  // context, and its done messages.
+  const sockets = [];
+  page.on('websocket', (ws) => {
+    const socket = { voice: null, audio: {}, done: [] };
+    sockets.push(socket);
+    ws.on('framesent', ({ payload }) => {
+      const message = decode(new Uint8Array(payload));
+      if (message.type === 'start') socket.voice = message.voice;
+    });
+    ws.on('framereceived', ({ payload }) => {
+      const message = decode(new Uint8Array(payload));
+      if (message.type === 'audio') socket.audio[message.context_id] = (socket.audio[message.context_id] || 0) + message.samples;
+      if (message.type === 'done') socket.done.push(message);
+      if (message.type === 'ready') socket.ready = true;
+    });
+  });
+  if (scenario === 'pcm') {
+    // A browser whose WebCodecs has no Opus (some Safari versions): the player must notice alone.
+    await page.addInitScript(() => { delete window.AudioDecoder; delete window.EncodedAudioChunk; });
+  }
+  const format = 'auto';
+  // The tiny checkpoint on this 2-core CI machine runs at 1.0-1.7x real time alone and below real
+  // time beside Chromium; random weights never say EOS, so a turn would run to its 20 s bound and
+  // no start buffer could cover the deficit. The typing turn is cut at 30 frames (2.4 s of audio):
+  // a 1 s start buffer then plays it gap-free down to 0.6x real time.
+  const extra = {
+    fidelity: '&greedy=1&maxFrames=24&bitrate=128000',
+    typing: '&maxFrames=30',
+    pcm: '&maxFrames=30',
+    turns: '&maxFrames=12',
+    clone: '&maxFrames=12',
+  }[scenario] || '';
+  await page.goto(`${base}/?format=${format}&target=1000${extra}${process.env.PAGE_PARAMS || ''}`);
+  // A Base checkpoint's page opens no session until a voice is cloned.
+  if (scenario !== 'clone') result.codec = await watchPlayer(page);
+
+  if (scenario === 'clone') {
+    const demo = () => page.evaluate(() => {
+      const $ = (id) => document.getElementById(id);
+      return {
+        status: $('status').textContent,
+        voices: [...$('voice').options].map((o) => [o.value, o.text]),
+        selected: $('voice').value,
+        reference: $('reference').textContent,
+        formHidden: $('clone-form').hidden,
+        reasonHidden: $('clone-reason').hidden,
+        deleteHidden: $('delete').hidden,
+        speakDisabled: $('speak').disabled,
+      };
+    });
+    const status = (prefix) => page.waitForFunction((p) => document.getElementById('status').textContent.startsWith(p), prefix, { timeout: 120000 });
+    // Waits until the picker shows `name` and the page's session in it is ready.
+    const selected = async (name) => {
+      await page.waitForFunction((n) => document.getElementById('voice').selectedOptions[0]?.text === `${n} (cloned)`, name, { timeout: 120000 });
+      const id = await page.evaluate(() => document.getElementById('voice').value);
+      for (const until = Date.now() + 60000; !sockets.some((s) => s.voice?.id === id && s.ready);) {
+        if (Date.now() > until) throw new Error(`no session started in voice ${id}`);
+        await page.waitForTimeout(50);
+      }
+      await page.waitForFunction(() => window.voicewire?.ready === true, null, { timeout: 30000 });
+    };
+    await page.waitForFunction(() => !document.getElementById('clone').hidden, null, { timeout: 30000 });
+    result.before = await demo();
+    // Too short a file: the server's words, until the next action.
+    await page.setInputFiles('#clone-file', process.env.SHORT_WAV);
+    await page.fill('#clone-name', 'Shorty');
+    await page.click('#clone-button');
+    await status('error: ');
+    result.tooShort = await demo();
+    await page.setInputFiles('#clone-file', process.env.REFERENCE_WAV);
+    result.picked = await demo();
+    await page.fill('#clone-name', 'Ada');
+    await page.fill('#clone-text', process.env.REFERENCE_TEXT);
+    await page.click('#clone-button');
+    await selected('Ada');
+    await status('connected');
+    result.cloned = await demo();
+    // A turn in the cloned voice.
+    await page.evaluate(() => {
+      window.spoken = null;
+      window.voicewire.addEventListener('done', (e) => { window.spoken = e.detail; });
+    });
+    await page.locator('#text').focus();
+    await page.keyboard.insertText('Hello from a cloned voice.');
+    await page.click('#speak');
+    await page.waitForFunction(() => window.spoken !== null, null, { timeout: 60000 });
+    result.spoken = await page.evaluate(() => window.spoken);
+    // A take from the microphone: record, stop, clone.
+    await page.click('#record');
+    await page.waitForFunction(() => document.getElementById('reference').textContent.startsWith('Recording… '));
+    result.recording = await demo();
+    await page.waitForTimeout(1800);
+    await page.click('#record');
+    await page.waitForFunction(() => document.getElementById('reference').textContent.startsWith('Recorded '), null, { timeout: 30000 });
+    result.recorded = await demo();
+    await page.fill('#clone-name', 'Mic');
+    await page.fill('#clone-text', '');
+    await page.click('#clone-button');
+    await selected('Mic');
+    result.micCloned = await demo();
+    // Delete the first voice from the picker.
+    await page.selectOption('#voice', result.cloned.selected);
+    await selected('Ada');
+    await page.click('#delete');
+    await page.waitForFunction((id) => ![...document.getElementById('voice').options].some((o) => o.value === id), result.cloned.selected, { timeout: 30000 });
+    await page.waitForFunction(() => window.voicewire?.ready === true, null, { timeout: 30000 });
+    result.deleted = await demo();
+    await page.screenshot({ path: `${outDir}/demo-clone.png`, fullPage: true });
+    result.sockets = sockets;
+  } else if (scenario === 'typing' || scenario === 'pcm') {
     const text = 'Hello there, this is the voicewire demo page speaking as you type. It works on a phone too.';
     const typingStarted = await page.evaluate(() => performance.now());
     // A fast writer, as an LLM is: a word every 40 ms, about twice the rate speech uses text up
@@ -108,6 +210,10 @@ try {
     result.banner = await page.evaluate(() => {
       const banner = document.getElementById('banner');
       return banner.hidden ? null : banner.textContent.replace(/\s+/g, ' ').trim();
+    });
+    result.clone = await page.evaluate(() => {
+      const $ = (id) => document.getElementById(id);
+      return { panelHidden: $('clone').hidden, formHidden: $('clone-form').hidden, reason: $('clone-reason').hidden ? null : $('clone-reason').textContent, deleteHidden: $('delete').hidden };
     });
     // Text typed after Speak, while the turn still plays, is the next turn, not an error.
     await page.locator('#text').focus();

@@ -2,11 +2,14 @@
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
+import soundfile as sf
 import soxr
 
 from tests.server.conftest import running_server
@@ -21,6 +24,14 @@ ARTIFACTS = Path(os.environ.get("VOICEWIRE_ARTIFACTS", HERE.parents[1] / "artifa
 def server():
     # The built-in tiny checkpoint, as `make serve` runs it (the demo page shows its banner).
     with running_server(Qwen3TTS.load("tiny"), ServerConfig()) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def base_server(tiny_models, tmp_path_factory):
+    # A Base checkpoint clones; behind an API key, so the page acts with a browser token.
+    config = ServerConfig(api_keys=("key-demo-1234",), data_dir=str(tmp_path_factory.mktemp("voices")))
+    with running_server(tiny_models["base"], config) as running:
         yield running
 
 
@@ -106,6 +117,13 @@ def test_the_demo_page_takes_turns_stops_and_explains(server) -> None:
     assert seen["banner"].startswith(
         "This server runs the built-in tiny checkpoint: its random weights make noise"
     )
+    # The CustomVoice checkpoint cannot clone: the panel says why, with no form; speakers can't be deleted.
+    assert seen["clone"] == {
+        "panelHidden": False,
+        "formHidden": True,
+        "reason": "Cloning needs a Base checkpoint; this server runs a CustomVoice one.",
+        "deleteHidden": True,
+    }
     assert seen["seen"]["dones"][:2] == ["turn-1", "turn-2"]  # the text typed after Speak: turn 2
     assert seen["seen"]["errors"] == ["unknown_type"]  # and no context_closed
     assert seen["statusAfterTurns"] == "connected (opus)"
@@ -122,3 +140,64 @@ def test_the_demo_page_takes_turns_stops_and_explains(server) -> None:
     assert late["heard"].endswith(f"“{late['cancelled']['heard_text']}”")
     states = seen["seen"]["states"]
     assert states[0] == "idle" and "listening" in states and "speaking" in states
+
+
+def _reference(path: Path, seconds: float) -> Path:
+    t = np.arange(int(seconds * 24000)) / 24000
+    wave = 0.3 * np.sin(2 * np.pi * 170 * t) + 0.05 * np.random.default_rng(3).standard_normal(t.shape)
+    sf.write(path, wave.astype(np.float32), 24000, subtype="PCM_16")
+    return path
+
+
+def test_the_demo_page_clones_a_voice_and_speaks_with_it(base_server, tmp_path: Path) -> None:
+    auth = {"Authorization": f"Bearer {base_server.config.api_keys[0]}"}
+    token = httpx.post(f"{base_server.http}/v1/tokens", headers=auth).json()["token"]
+    seen = _browse(
+        base_server,
+        "clone",
+        PAGE_PARAMS=f"&token={token}",
+        REFERENCE_WAV=str(_reference(tmp_path / "ada.wav", 1.5)),
+        REFERENCE_TEXT="A short reference sentence.",
+        SHORT_WAV=str(_reference(tmp_path / "short.wav", 0.5)),
+    )
+    # A Base checkpoint has no speakers: no session until a voice is cloned.
+    before = seen["before"]
+    assert before["voices"] == [] and before["speakDisabled"] and before["deleteHidden"], before
+    assert not before["formHidden"] and before["reasonHidden"]
+    assert before["status"] == "no voice yet: clone one below"
+    # The server's refusal, in its words, until the next action (picking another file).
+    assert seen["tooShort"]["status"] == "error: the reference is 0.50 s long; at least 1 s is needed"
+    assert seen["tooShort"]["voices"] == []
+    assert seen["picked"]["status"] == "no voice yet: clone one below"
+    assert seen["picked"]["reference"].startswith("ada.wav (")
+    # Cloned (in context: the reference text went with it), added to the picker and chosen.
+    cloned = seen["cloned"]
+    ada = cloned["selected"]
+    assert ada.startswith("voice_") and cloned["voices"] == [[ada, "Ada (cloned)"]]
+    assert (
+        cloned["status"] == "connected (opus)" and not cloned["speakDisabled"] and not cloned["deleteHidden"]
+    )
+    assert cloned["reference"] == "Cloned “Ada” from 1.5 s of audio and its text."
+    # The turn was spoken on a socket whose start named the cloned voice: all its audio came there.
+    spoken = seen["spoken"]
+    in_ada = [s for s in seen["sockets"] if s["voice"] == {"id": ada, "language": "auto"}]
+    assert len(in_ada) == 2  # the turn's, and the one chosen again to delete it
+    socket = in_ada[0]
+    assert [d["context_id"] for d in socket["done"]] == [spoken["context_id"]]
+    assert socket["audio"][spoken["context_id"]] == spoken["samples"] == 12 * 1920 * 2  # 12 frames, 48 kHz
+    # The microphone (Chromium's fake one): a take with a running clock, sent as WAV and cloned.
+    assert seen["recording"]["reference"].startswith("Recording… ")
+    recorded = float(seen["recorded"]["reference"].removeprefix("Recorded ").removesuffix(" s."))
+    assert 1.5 <= recorded <= 4, seen["recorded"]
+    mic = seen["micCloned"]
+    assert mic["voices"] == [[ada, "Ada (cloned)"], [mic["selected"], "Mic (cloned)"]]
+    said = re.fullmatch(r"Cloned “Mic” from ([0-9.]+) s of audio\.", mic["reference"])  # no reference text
+    assert said and abs(float(said[1]) - recorded) <= 0.1, mic["reference"]  # each rounded to 0.1 s
+    # Deleted from the picker and from the server; the page speaks in the one left.
+    deleted = seen["deleted"]
+    assert deleted["voices"] == [[mic["selected"], "Mic (cloned)"]] and deleted["selected"] == mic["selected"]
+    listed = httpx.get(f"{base_server.http}/v1/voices", headers=auth).json()
+    assert [v["id"] for v in listed["stored"]] == [mic["selected"]]
+    assert httpx.get(f"{base_server.http}/v1/voices/{ada}", headers=auth).status_code == 404
+    assert seen["sockets"][-1]["voice"] == {"id": mic["selected"], "language": "auto"}
+    assert seen["sockets"][-1]["ready"]
