@@ -96,8 +96,11 @@ def _upload(server: RunningServer, credential: str | None = None, audio: bytes =
     return httpx.post(f"{server.http}/v1/voices", json=body, headers=_auth(credential), timeout=120)
 
 
-def _speak_on_socket(server: RunningServer, voice: dict, credential: str | None = None):
-    """PCM (float32, 24 kHz) of TEXT spoken greedily, or the error the start got."""
+def _speak_on_socket(
+    server: RunningServer, voice: dict, credential: str | None = None, max_frames: int | None = FRAMES
+):
+    """PCM (float32, 24 kHz) of TEXT spoken greedily, or the error the start got. max_frames None:
+    as long as the engine speaks it (to EOS or the KV bound)."""
 
     async def run():
         async with connect(
@@ -108,8 +111,9 @@ def _speak_on_socket(server: RunningServer, voice: dict, credential: str | None 
                 "voice": voice,
                 "format": {"encoding": "pcm_f32le", "sample_rate": 24000},
                 "sampling": {"greedy": True},
-                "max_frames": FRAMES,
             }
+            if max_frames is not None:
+                start["max_frames"] = max_frames
             await ws.send(msgpack.packb(start))
             first = msgpack.unpackb(await ws.recv())
             if first["type"] != "ready":
@@ -126,12 +130,12 @@ def _speak_on_socket(server: RunningServer, voice: dict, credential: str | None 
     return asyncio.run(run())
 
 
-def _direct(engine, voice=None, **fields) -> tuple[np.ndarray, np.ndarray]:
+def _direct(engine, voice=None, max_frames: int | None = FRAMES, **fields) -> tuple[np.ndarray, np.ndarray]:
     """(codes, pcm) of TEXT from the engine itself, greedy."""
 
     async def run():
         spoken = voice if voice is not None else await engine.voice(**fields)
-        stream = engine.open_stream(spoken, StreamOptions(greedy=True, max_frames=FRAMES))
+        stream = engine.open_stream(spoken, StreamOptions(greedy=True, max_frames=max_frames))
         stream.push_text(TEXT)
         stream.end()
         chunks = [chunk async for chunk in stream]
@@ -429,32 +433,56 @@ def test_the_event_loop_answers_pings_while_a_voice_is_cloned(open_server) -> No
     assert len(waits) >= 5 and max(waits[1:]) < 0.1, (len(waits), waits[:3], max(waits[1:]))
 
 
-@pytest.mark.parametrize("ref_text", [None, REF_TEXT], ids=["xvector", "in_context"])
-def test_a_stored_voice_speaks_the_codes_of_voicewire_synth(
-    open_server, base_engine, tiny_checkpoints, tmp_path: Path, ref_text
+def test_a_stored_voice_speaks_the_codes_of_voicewire_synth_and_of_qwen_tts(
+    open_server, base_engine, tiny_checkpoints, oracle, tmp_path: Path
 ) -> None:
-    """`voicewire synth --ref-audio REF.wav [--ref-text TEXT] --greedy` and the stored voice, spoken
-    by the server's engine, give the same codes."""
+    """A voice cloned through POST /v1/voices, x-vector only and in context, spoken greedily by id
+    on the socket and over HTTP, is the audio of the codes that `voicewire synth --ref-audio REF.wav
+    [--ref-text TEXT] --greedy` and the official qwen-tts greedy generate_voice_clone give for that
+    reference. Neither server path carries codes, so the chain is: socket PCM == HTTP PCM == the
+    server's engine speaking the stored voice (its PCM, bit for bit), whose codes == synth's ==
+    qwen-tts's. Greedy speech of the random tiny model runs to the engine's KV bound (EOS does not
+    come), so synth and qwen-tts are given as many frames as the server spoke, EOS left on."""
     from voicewire.server.cli import main
 
     reference = tmp_path / "ref.wav"
     reference.write_bytes(REFERENCE)
-    fields = {} if ref_text is None else {"ref_text": ref_text}
-    made = _upload(open_server, **fields).json()
-    argv = ["synth", "--model", str(tiny_checkpoints["base"]), "--text", TEXT, "--ref-audio", str(reference)]
-    argv += ["--ref-text", ref_text] if ref_text else []
-    codes_out = tmp_path / "codes.npy"
-    argv += [
-        "--greedy",
-        "--max-frames",
-        str(FRAMES),
-        "--out",
-        str(tmp_path / "o.wav"),
-        "--codes-out",
-        str(codes_out),
-    ]
-    assert main(argv) == 0
-    stored = asyncio.run(open_server.library.resolve(made["id"], "anonymous"))
-    codes, _ = _direct(base_engine, voice=stored)
-    synth = np.load(codes_out)
-    assert synth.shape == codes.shape and np.array_equal(synth, codes)
+    jobs, ours = [], {}
+    for name, ref_text in (("xvector", None), ("in_context", REF_TEXT)):
+        made = _upload(open_server, **({} if ref_text is None else {"ref_text": ref_text}))
+        assert made.status_code == 201, made.text
+        voice_id = made.json()["id"]
+        stored = asyncio.run(open_server.library.resolve(voice_id, "anonymous"))
+        codes, pcm = _direct(base_engine, voice=stored, max_frames=None)
+        frames = codes.shape[0]
+        assert 8 <= frames < base_engine.config.kv_length, frames  # the prompt fits, and speech follows
+
+        heard = _speak_on_socket(open_server, {"id": voice_id}, max_frames=None)
+        assert isinstance(heard, np.ndarray) and np.array_equal(heard, pcm), name
+        speech = httpx.post(
+            f"{open_server.http}/v1/audio/speech",
+            json={"input": TEXT, "voice": voice_id, "response_format": "pcm", "greedy": True},
+            timeout=120,
+        )
+        assert speech.status_code == 200, speech.text
+        pcm16 = (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2")
+        assert np.array_equal(np.frombuffer(speech.content, "<i2"), pcm16), name
+
+        argv = ["synth", "--model", str(tiny_checkpoints["base"]), "--text", TEXT]
+        argv += ["--ref-audio", str(reference), *(["--ref-text", ref_text] if ref_text else [])]
+        codes_out = tmp_path / f"{name}.npy"
+        argv += ["--greedy", "--max-frames", str(frames), "--out", str(tmp_path / f"{name}.wav")]
+        assert main([*argv, "--codes-out", str(codes_out)]) == 0
+        synth = np.load(codes_out)
+        assert synth.shape == codes.shape and np.array_equal(synth, codes), name
+        ours[name] = codes
+        job = {"name": name, "model": str(tiny_checkpoints["base"]), "kind": "voice_clone", "text": TEXT}
+        job |= {"language": "auto", "ref_audio": str(reference), "non_streaming_mode": False}
+        job |= {"ref_text": ref_text, "x_vector_only": ref_text is None, "max_new_tokens": frames + 1}
+        jobs.append(job)
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    oracle("synthesize.py", str(tmp_path / "jobs.json"), str(tmp_path))
+    for name, codes in ours.items():
+        theirs = np.load(tmp_path / f"{name}.npz")["codes"]
+        assert theirs.shape == codes.shape and np.array_equal(theirs, codes), name
+    assert not np.array_equal(ours["xvector"][:8], ours["in_context"][:8])  # the reference codes count
