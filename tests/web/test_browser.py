@@ -188,7 +188,7 @@ def test_the_demo_page_clones_a_voice_and_speaks_with_it(base_server, tmp_path: 
     # The microphone (Chromium's fake one): a take with a running clock, sent as WAV and cloned.
     assert seen["recording"]["reference"].startswith("Recording… ")
     recorded = float(seen["recorded"]["reference"].removeprefix("Recorded ").removesuffix(" s."))
-    assert 1.5 <= recorded <= 4, seen["recorded"]
+    assert 1.5 <= recorded <= 10, seen["recorded"]  # 1.8 s and more: the click comes late on a busy machine
     mic = seen["micCloned"]
     assert mic["voices"] == [[ada, "Ada (cloned)"], [mic["selected"], "Mic (cloned)"]]
     said = re.fullmatch(r"Cloned “Mic” from ([0-9.]+) s of audio\.", mic["reference"])  # no reference text
