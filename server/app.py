@@ -26,13 +26,13 @@ from voicewire.engine import EngineError, StreamOptions
 from voicewire.engine.api import EngineClient
 from voicewire.server import elevenlabs as el
 from voicewire.server import protocol as p
-from voicewire.server.auth import Auth, split_subprotocols
+from voicewire.server.auth import Auth, Caller, split_subprotocols
 from voicewire.server.config import ServerConfig, uvicorn_options
 from voicewire.server.errors import HTTP_STATUS, ProtocolError
 from voicewire.server.metrics import Metrics
 from voicewire.server.session import Session
 from voicewire.server.speech_api import speech_endpoints
-from voicewire.server.voices_api import CALLER, VoiceLibrary
+from voicewire.server.voices_api import VoiceLibrary
 from voicewire.server.wire import JSON, SUBPROTOCOLS, Codec, Dialect
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def create_app(
         await websocket.accept(subprotocol=chosen)
         codec = Codec(chosen or JSON)
 
-        async def identify() -> str:
+        async def identify() -> Caller:
             return auth.identify(websocket.headers, token or websocket.query_params.get("token"))
 
         await serve_session(websocket, codec, codec.subprotocol, identify, config)
@@ -94,7 +94,7 @@ def create_app(
             return
         dialect = el.ElevenLabsDialect(websocket.path_params["voice_id"], query, multi)
 
-        async def identify() -> str:
+        async def identify() -> Caller:
             return auth.identify(await el.credentials(websocket, dialect, auth.open))
 
         # ElevenLabs closes a socket that sends no text for `inactivity_timeout` seconds.
@@ -107,13 +107,13 @@ def create_app(
         websocket: WebSocket,
         dialect: Dialect,
         name: str,
-        identify: Callable[[], Awaitable[str]],
+        identify: Callable[[], Awaitable[Caller]],
         session_config: ServerConfig,
     ) -> None:
         """An accepted socket: who calls and whether the limits let them in, then its session."""
         try:
-            identity = await identify()
-            auth.acquire(identity)
+            caller = await identify()
+            auth.acquire(caller)
         except ProtocolError as error:
             log.info("refused a socket: %s", error)
             metrics.errors.labels(error.code).inc()
@@ -126,40 +126,44 @@ def create_app(
             await websocket.close(code=dialect.close_code(error))
             return
         try:
-            session = Session(websocket, engine, dialect, session_config, executor, metrics)
-            log.info("session %s opened (%s, %s)", session.id, name, identity)
+            session = Session(websocket, engine, dialect, session_config, executor, metrics, library, caller)
+            log.info("session %s opened (%s, %s)", session.id, name, caller.identity)
             metrics.sessions_opened.labels(str(os.getpid())).inc()
-            CALLER.set((library, identity))  # for start.voice.id (settings.py)
             await session.run()
             log.info("session %s closed", session.id)
         finally:
-            auth.release(identity)
+            auth.release(caller)
 
-    def guarded(endpoint, tokens_allowed: bool = True):
-        """An HTTP endpoint behind the same checks, answering refusals with 4xx."""
+    def guarded(
+        endpoint: Callable[[Request, Caller], Awaitable[Response]], tokens_allowed: bool = True
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """An HTTP endpoint behind the same checks, answering refusals with 4xx; it is given the caller."""
 
         async def checked(request: Request) -> Response:
             try:
-                request.state.identity = auth.identify(request.headers, tokens_allowed=tokens_allowed)
+                caller = auth.identify(request.headers, tokens_allowed=tokens_allowed)
             except ProtocolError as error:
                 metrics.errors.labels(error.code).inc()
                 body = {
                     "error": {"message": error.message, "type": "authentication_error", "code": error.code}
                 }
                 return JSONResponse(body, HTTP_STATUS[error.code])
-            return await endpoint(request)
+            return await endpoint(request, caller)
 
         return checked
 
-    async def tokens(request: Request) -> JSONResponse:
-        token = auth.mint(request.state.identity)
+    async def tokens(request: Request, caller: Caller) -> Response:
+        token = auth.mint(caller)
         return JSONResponse({"token": token, "expires_in": config.token_ttl_s, "token_type": "voicewire"})
 
-    async def voice_list(request: Request) -> Response:
-        return await (library.create(request) if request.method == "POST" else voices(request))
+    async def voice_list(request: Request, caller: Caller) -> Response:
+        return await (
+            library.create(request, caller) if request.method == "POST" else voices(request, caller)
+        )
 
-    async def voice_one(request: Request) -> Response:
-        return await (library.delete(request) if request.method == "DELETE" else library.get(request))
+    async def voice_one(request: Request, caller: Caller) -> Response:
+        voice_id = request.path_params["voice_id"]
+        return await (library.delete if request.method == "DELETE" else library.get)(voice_id, caller)
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})

@@ -19,6 +19,7 @@ import secrets
 import threading
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
@@ -38,6 +39,17 @@ def key_id(key: str) -> str:
     return "key-" + hashlib.sha256(key.encode()).hexdigest()[:10]
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Who a request or socket acts for, established once by `Auth.identify` and passed on from
+    there (to the session limits, the voice library's verbs and a socket's voice resolution)."""
+
+    identity: str  # key_id() of the caller's key (a browser token acts for its key), or ANONYMOUS
+
+
+ANONYMOUS_CALLER = Caller(ANONYMOUS)  # every caller of a server without keys
+
+
 class Auth:
     def __init__(self, config: ServerConfig) -> None:
         keys = list(config.api_keys)
@@ -53,8 +65,8 @@ class Auth:
     def open(self) -> bool:
         return not self._keys
 
-    def mint(self, identity: str) -> str:
-        return self._tokens.dumps({"k": identity})
+    def mint(self, caller: Caller) -> str:
+        return self._tokens.dumps({"k": caller.identity})
 
     def _check_key(self, key: str) -> str | None:
         for identity, known in self._keys.items():
@@ -81,32 +93,33 @@ class Auth:
 
     def identify(
         self, headers: Mapping[str, str], token: str | None = None, tokens_allowed: bool = True
-    ) -> str:
-        """The caller's identity from a Bearer key or token, or a token given apart; raises
+    ) -> Caller:
+        """The caller, from a Bearer key or token, or a token given apart; raises
         ProtocolError(unauthorized | forbidden_origin)."""
         origin = headers.get("origin")
         if origin is not None and self.config.allowed_origins and origin not in self.config.allowed_origins:
             raise ProtocolError("forbidden_origin", f"origin {origin!r} is not allowed")
         if self.open:
-            return ANONYMOUS
+            return ANONYMOUS_CALLER
         bearer = headers.get("authorization", "")
         if bearer.lower().startswith("bearer "):
             credential = bearer[7:].strip()
             identity = self._check_key(credential)
             if identity is not None:
-                return identity
+                return Caller(identity)
             # Say which was wrong, the key or the token, and nothing of the keys there are.
             if not _TOKEN_SHAPE.fullmatch(credential):
                 raise ProtocolError("unauthorized", "the API key is not valid")
             if not tokens_allowed:
                 raise ProtocolError("unauthorized", "this needs an API key; a token is not accepted here")
-            return self._check_token(credential)
+            return Caller(self._check_token(credential))
         if token and tokens_allowed:
-            return self._check_token(token)
+            return Caller(self._check_token(token))
         raise ProtocolError("unauthorized", "no credentials: send Authorization: Bearer KEY, or a token")
 
-    def acquire(self, identity: str) -> None:
+    def acquire(self, caller: Caller) -> None:
         """Count a session against the limits; raises ProtocolError(too_many_sessions)."""
+        identity = caller.identity
         with self._lock:
             if sum(self._sessions.values()) >= self.config.max_sessions:
                 raise ProtocolError(
@@ -118,7 +131,8 @@ class Auth:
                 )
             self._sessions[identity] += 1
 
-    def release(self, identity: str) -> None:
+    def release(self, caller: Caller) -> None:
+        identity = caller.identity
         with self._lock:
             self._sessions[identity] -= 1
             if self._sessions[identity] <= 0:

@@ -31,12 +31,14 @@ from voicewire.engine.stream import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk
 from voicewire.engine.text_tokenizer import TextTokenizer, cached_tokenizer
 from voicewire.server import protocol as p
 from voicewire.server.admission import Admission
+from voicewire.server.auth import ANONYMOUS_CALLER, Caller
 from voicewire.server.config import ServerConfig
 from voicewire.server.encoder import AudioEncoder, Packet
 from voicewire.server.errors import ProtocolError, from_engine
 from voicewire.server.metrics import Metrics
 from voicewire.server.settings import SessionSettings, settings_from_start
 from voicewire.server.tempo import Tempo
+from voicewire.server.voices_api import VoiceLibrary
 from voicewire.server.wire import REFUSED, UNPACED, Dialect
 from voicewire.server.word_timing import Word, WordTimer, frame_pieces
 
@@ -156,6 +158,8 @@ class Session:
     config: ServerConfig
     executor: Executor
     metrics: Metrics
+    library: VoiceLibrary | None = None  # for start.voice.id, as `caller` sees it
+    caller: Caller = ANONYMOUS_CALLER
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     state: SessionState = SessionState.CONNECTED
     contexts: dict[str, Context] = field(default_factory=dict)
@@ -273,7 +277,7 @@ class Session:
                 "timestamps words needs layout dual_track: non_streaming feeds the talker all text with "
                 "the prompt, so no frame tells when a word is spoken",
             )
-        settings = await settings_from_start(message, self.engine)
+        settings = await settings_from_start(message, self.engine, self.library, self.caller)
         if message.timestamps == "words":
             loop = asyncio.get_running_loop()
             self._tokens = await loop.run_in_executor(

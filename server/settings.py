@@ -16,10 +16,11 @@ from voicewire.engine import (
 )
 from voicewire.engine.api import EngineClient
 from voicewire.server import protocol as p
+from voicewire.server.auth import ANONYMOUS_CALLER, Caller
 from voicewire.server.encoder import OutputFormat
 from voicewire.server.errors import ProtocolError, from_engine
 from voicewire.server.http_errors import HttpError
-from voicewire.server.voices_api import CALLER
+from voicewire.server.voices_api import VoiceLibrary
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,18 @@ class SessionSettings:
     format: OutputFormat
 
 
-async def settings_from_start(message: p.Start, engine: EngineClient) -> SessionSettings:
-    """Raises ProtocolError (invalid_format, invalid_voice, invalid_options)."""
+async def settings_from_start(
+    message: p.Start,
+    engine: EngineClient,
+    library: VoiceLibrary | None = None,
+    caller: Caller = ANONYMOUS_CALLER,
+) -> SessionSettings:
+    """Raises ProtocolError (invalid_format, invalid_voice, invalid_options). `start.voice.id` is
+    looked up in `library` (None: this server has none) as `caller` sees it."""
     fmt = OutputFormat.from_spec(message.format)
     spec = message.voice
     if spec.id is not None:
-        return SessionSettings(await _stored_voice(spec), _options(message, engine), fmt)
+        return SessionSettings(await _stored_voice(spec, library, caller), _options(message, engine), fmt)
     try:
         voice = await engine.voice(
             speaker=spec.speaker,
@@ -48,18 +55,16 @@ async def settings_from_start(message: p.Start, engine: EngineClient) -> Session
     return SessionSettings(voice, options, fmt)
 
 
-async def _stored_voice(spec: p.VoiceSpec) -> Voice:
-    """`start.voice.id`: a voice from the library, for the socket's caller (set by the app)."""
+async def _stored_voice(spec: p.VoiceSpec, library: VoiceLibrary | None, caller: Caller) -> Voice:
+    """`start.voice.id`: a voice from the library, as the socket's caller sees it."""
     if spec.speaker is not None or spec.instruct is not None or spec.speaker_embedding is not None:
         raise ProtocolError(
             "invalid_voice", "voice.id names a whole voice: give no speaker, instruct or embedding"
         )
-    caller = CALLER.get()
-    if caller is None:
+    if library is None:
         raise ProtocolError("invalid_voice", "this server has no voice library")
-    library, identity = caller
     try:
-        return await library.resolve(spec.id or "", identity, spec.language)
+        return await library.resolve(spec.id or "", caller, spec.language)
     except HttpError as error:
         raise ProtocolError("invalid_voice", error.message) from None
 

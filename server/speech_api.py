@@ -41,6 +41,7 @@ from voicewire.engine.stream import SAMPLE_RATE, AudioChunk
 from voicewire.engine.text_tokenizer import cached_tokenizer
 from voicewire.server import protocol as p
 from voicewire.server.admission import Admission
+from voicewire.server.auth import Caller
 from voicewire.server.errors import ProtocolError
 from voicewire.server.http_errors import HttpError, error_response
 from voicewire.server.metrics import Metrics
@@ -149,7 +150,7 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
     # The largest body: a one-off ref_audio at the upload limit, in base64, and the text.
     body_limit = (library.limits.max_upload_bytes + 2) // 3 * 4 + 4 * MAX_INPUT_CHARS + JSON_OVERHEAD
 
-    async def speech(request: Request) -> Response:
+    async def speech(request: Request, caller: Caller) -> Response:
         try:
             body = SpeechRequest.model_validate_json(await read_body(request, body_limit))
         except HttpError as error:
@@ -162,13 +163,13 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
             return _error(400, f"{where}: {first['msg']}", "invalid_request")
         try:
             admission = Admission(engine, request.app.state.config, metrics)
-            response = await _speak(body, request.state.identity, admission)
+            response = await _speak(body, caller, admission)
         except HttpError as error:
             response = error.response()
         metrics.http_requests.labels(str(response.status_code)).inc()
         return response
 
-    async def _voice(body: SpeechRequest, identity: str) -> Voice:
+    async def _voice(body: SpeechRequest, caller: Caller) -> Voice:
         info = engine.info
         if info.variant != "base":
             if body.ref_audio is not None or body.ref_text is not None:
@@ -206,9 +207,9 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
                 "invalid_voice",
                 "this Base checkpoint clones voices: give a stored voice's id (POST /v1/voices) or ref_audio",
             )
-        return await library.resolve(body.voice, identity, body.language)
+        return await library.resolve(body.voice, caller, body.language)
 
-    async def _speak(body: SpeechRequest, identity: str, admission: Admission) -> Response:
+    async def _speak(body: SpeechRequest, caller: Caller, admission: Admission) -> Response:
         if body.response_format not in MEDIA_TYPES:
             return _error(
                 400,
@@ -219,7 +220,7 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
             options = sampled_options(body, engine)
         except ProtocolError as error:
             return _error(400, error.message, error.code)
-        voice = await _voice(body, identity)
+        voice = await _voice(body, caller)
         try:
             # Waits in line for a slot when none is free (server/admission.py).
             stream = await admission.open_stream(voice, options)
@@ -299,7 +300,7 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
             if stream.result is None:  # the client went away: stop generating
                 stream.cancel()
 
-    async def voices(request: Request) -> JSONResponse:
+    async def voices(request: Request, caller: Caller) -> JSONResponse:
         info = engine.info
         speakers = [
             {"id": name, "dialect": info.speaker_dialects.get(name) or None} for name in info.speakers
@@ -308,7 +309,7 @@ def speech_endpoints(engine: EngineClient, metrics: Metrics, library: VoiceLibra
             {
                 "variant": info.variant,
                 "voices": speakers,
-                "stored": await library.list(request),
+                "stored": await library.list(caller),
                 "languages": list(info.languages),
                 "instructions": info.variant == "voice_design" or info.model_size == "1b7",
                 "cloning": info.variant == "base",

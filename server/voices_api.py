@@ -21,7 +21,6 @@ import hashlib
 import io
 import json
 import time
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -37,6 +36,7 @@ from starlette.responses import JSONResponse, Response
 from voicewire.engine import EngineError, Voice
 from voicewire.engine.api import EngineClient
 from voicewire.engine.stream import SAMPLE_RATE
+from voicewire.server.auth import Caller
 from voicewire.server.config import VoiceLimits
 from voicewire.server.http_errors import HttpError
 from voicewire.server.metrics import Metrics
@@ -146,10 +146,6 @@ def decode_base64_audio(text: str, limits: VoiceLimits) -> bytes:
         raise HttpError(400, "invalid_audio", "audio is not valid base64") from None
 
 
-# The socket's caller, for `start.voice.id`: set by the app around each session.
-CALLER: ContextVar[tuple[VoiceLibrary, str] | None] = ContextVar("voicewire_voice_caller", default=None)
-
-
 class VoiceLibrary:
     def __init__(
         self, engine: EngineClient, folder: Path, limits: VoiceLimits, metrics: Metrics, shared: bool
@@ -159,13 +155,13 @@ class VoiceLibrary:
         self.engine, self.limits, self.metrics, self.shared = engine, limits, metrics, shared
         self.store = VoiceStore(folder)  # opened on first use: other variants never touch it
 
-    def _owner(self, identity: str) -> str | None:
+    def _owner(self, caller: Caller) -> str | None:
         """The owner to filter on; None: all (no keys)."""
-        return None if self.shared else owner_hash(identity)
+        return None if self.shared else owner_hash(caller.identity)
 
     # --- use by id ------------------------------------------------------------------------------
 
-    async def resolve(self, voice_id: str, identity: str, language: str = "auto") -> Voice:
+    async def resolve(self, voice_id: str, caller: Caller, language: str = "auto") -> Voice:
         """The engine voice for a stored id; raises HttpError(400, invalid_voice) when it is not
         there for this caller or does not fit the loaded checkpoint. `language` other than auto
         overrides the stored one."""
@@ -176,7 +172,7 @@ class VoiceLibrary:
                 "invalid_voice",
                 f"stored voices are cloned voices, spoken by Base checkpoints; this one is {info.variant}",
             )
-        stored = await asyncio.to_thread(self.store.get, voice_id, self._owner(identity))
+        stored = await asyncio.to_thread(self.store.get, voice_id, self._owner(caller))
         if stored is None:
             raise HttpError(400, "invalid_voice", f"no voice {voice_id!r}")
         family = checkpoint_family(info)
@@ -224,9 +220,9 @@ class VoiceLibrary:
 
     # --- endpoints ------------------------------------------------------------------------------
 
-    async def create(self, request: Request) -> Response:
+    async def create(self, request: Request, caller: Caller) -> Response:
         try:
-            stored = await self._create(request)
+            stored = await self._create(request, caller)
         except HttpError as error:
             self.metrics.voice_upload_failures.labels(error.code).inc()
             return error.response()
@@ -234,7 +230,7 @@ class VoiceLibrary:
         body = {"id": stored.id, "name": stored.name, "duration": round(stored.duration, 3)}
         return JSONResponse(body | {"in_context": stored.in_context}, status_code=201)
 
-    async def _create(self, request: Request) -> StoredVoice:
+    async def _create(self, request: Request, caller: Caller) -> StoredVoice:
         info = self.engine.info
         if info.variant != "base":
             raise HttpError(
@@ -244,7 +240,7 @@ class VoiceLibrary:
             )
         fields, data = await self._upload(request)
         ref_text = self.check_ref_text(fields.ref_text)
-        owner = owner_hash(request.state.identity)
+        owner = owner_hash(caller.identity)
         limit = self.limits.max_voices_per_key
         if await asyncio.to_thread(self.store.count, None if self.shared else owner) >= limit:
             raise _too_many(limit)  # before the work; the insert checks again
@@ -305,26 +301,23 @@ class VoiceLibrary:
             raise _too_large(self.limits.max_upload_bytes)
         return _fields(UploadFields, values), data
 
-    async def list(self, request: Request) -> list[dict[str, Any]]:
+    async def list(self, caller: Caller) -> list[dict[str, Any]]:
         """Stored voices this caller may use with the loaded checkpoint."""
         info = self.engine.info
         if info.variant != "base":
             return []
         family, hidden = checkpoint_family(info), info.speaker_embedding_size
-        voices = await asyncio.to_thread(self.store.list, self._owner(request.state.identity))
+        voices = await asyncio.to_thread(self.store.list, self._owner(caller))
         return [v.public() for v in voices if v.family == family and v.hidden_size == hidden]
 
-    async def get(self, request: Request) -> Response:
-        stored = await asyncio.to_thread(
-            self.store.get, request.path_params["voice_id"], self._owner(request.state.identity)
-        )
+    async def get(self, voice_id: str, caller: Caller) -> Response:
+        stored = await asyncio.to_thread(self.store.get, voice_id, self._owner(caller))
         if stored is None:
-            return _not_found(request.path_params["voice_id"]).response()
+            return _not_found(voice_id).response()
         return JSONResponse(stored.public())
 
-    async def delete(self, request: Request) -> Response:
-        voice_id = request.path_params["voice_id"]
-        if not await asyncio.to_thread(self.store.delete, voice_id, self._owner(request.state.identity)):
+    async def delete(self, voice_id: str, caller: Caller) -> Response:
+        if not await asyncio.to_thread(self.store.delete, voice_id, self._owner(caller)):
             return _not_found(voice_id).response()
         self.metrics.voices_stored.set(await asyncio.to_thread(self.store.count))
         return JSONResponse({"id": voice_id, "deleted": True})

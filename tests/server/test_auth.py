@@ -11,7 +11,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from tests.server.conftest import running_server
-from voicewire.server.auth import Auth
+from voicewire.server.auth import ANONYMOUS_CALLER, Auth, Caller, key_id
 from voicewire.server.config import ServerConfig
 from voicewire.server.errors import ProtocolError
 from voicewire.server.wire import MSGPACK
@@ -145,7 +145,7 @@ def test_http_needs_a_key_or_token(secured) -> None:
 def test_a_refusal_names_the_wrong_credential_and_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VOICEWIRE_API_KEYS", "sk-from-env")
     auth = Auth(ServerConfig(api_keys=(KEY,)))
-    token = auth.mint("key-0000000000")  # signed here, for a key that is not configured
+    token = auth.mint(Caller("key-0000000000"))  # signed here, for a key that is not configured
 
     def refusal(credential: str | None = None, token: str | None = None, tokens_allowed: bool = True) -> str:
         headers = {"authorization": f"Bearer {credential}"} if credential else {}
@@ -174,8 +174,10 @@ def test_a_refusal_names_the_wrong_credential_and_no_key(monkeypatch: pytest.Mon
         assert "token" not in message if name.startswith(("wrong key", "a key")) else "token" in message, name
         assert KEY not in message and "sk-from-env" not in message and "sk-" not in message, name
     # Both keys still work, and so does a token minted for one.
-    assert auth.identify({"authorization": "Bearer sk-from-env"}).startswith("key-")
+    assert auth.identify({"authorization": "Bearer sk-from-env"}) == Caller(key_id("sk-from-env"))
     assert auth.identify({}, _mint_for(auth, KEY)) == auth.identify({"authorization": f"Bearer {KEY}"})
+    monkeypatch.delenv("VOICEWIRE_API_KEYS")
+    assert Auth(ServerConfig()).identify({}) == ANONYMOUS_CALLER  # no keys: everyone is one caller
 
 
 def _mint_for(auth: Auth, key: str) -> str:

@@ -22,6 +22,7 @@ from websockets.asyncio.client import connect
 from tests.server.conftest import RunningServer
 from voicewire.engine import Engine, EngineConfig, StreamOptions
 from voicewire.server.app import BackgroundServer, create_app
+from voicewire.server.auth import ANONYMOUS_CALLER
 from voicewire.server.config import ServerConfig, VoiceLimits
 from voicewire.server.voice_store import VoiceStore, new_voice_id
 from voicewire.server.voices_api import VoiceLibrary
@@ -156,7 +157,7 @@ def test_a_cloned_voice_speaks_with_the_engines_own_codes(open_server, base_engi
     samples, rate = sf.read(io.BytesIO(REFERENCE), dtype="float32")
     direct = {"ref_audio": (samples, rate), "ref_text": ref_text, "language": "english"}
     codes, pcm = _direct(base_engine, **direct)
-    stored = asyncio.run(open_server.library.resolve(voice["id"], "anonymous"))
+    stored = asyncio.run(open_server.library.resolve(voice["id"], ANONYMOUS_CALLER))
     stored_codes, _ = _direct(base_engine, voice=stored)
     assert np.array_equal(stored_codes, codes)  # the stored voice is the engine's clone, exactly
 
@@ -452,7 +453,7 @@ def test_a_stored_voice_speaks_the_codes_of_voicewire_synth_and_of_qwen_tts(
         made = _upload(open_server, **({} if ref_text is None else {"ref_text": ref_text}))
         assert made.status_code == 201, made.text
         voice_id = made.json()["id"]
-        stored = asyncio.run(open_server.library.resolve(voice_id, "anonymous"))
+        stored = asyncio.run(open_server.library.resolve(voice_id, ANONYMOUS_CALLER))
         codes, pcm = _direct(base_engine, voice=stored, max_frames=None)
         frames = codes.shape[0]
         assert 8 <= frames < base_engine.config.kv_length, frames  # the prompt fits, and speech follows
