@@ -39,8 +39,20 @@ MALFORMED = [
     ("text is bytes", _raw({"type": "text", "context_id": "live", "text": b"x"}), "invalid_message", "live"),
     (
         "unknown field",
-        _raw({"type": "text", "context_id": "live", "text": "x", "speed": 2}),
+        _raw({"type": "text", "context_id": "live", "text": "x", "pitch": 2}),
         "invalid_message",
+        "live",
+    ),
+    (
+        "speed out of range",
+        _raw({"type": "text", "context_id": "live", "text": "x", "speed": 9}),
+        "invalid_message",
+        "live",
+    ),
+    (
+        "speed changed mid-context",
+        _raw({"type": "text", "context_id": "live", "text": "x", "speed": 2}),
+        "invalid_options",
         "live",
     ),
     (
