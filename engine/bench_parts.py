@@ -10,6 +10,7 @@ to the same buckets otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,10 +18,10 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from voicewire.engine import pointwise
 from voicewire.engine.config import EngineConfig
 from voicewire.engine.decoder_batch import BatchedDecoder
 from voicewire.engine.frame_step import FrameStepper, GenerationOptions
+from voicewire.engine.kernels import Kernels
 from voicewire.engine.model import Qwen3TTS
 from voicewire.engine.sampling import Draw
 
@@ -86,7 +87,6 @@ def _stepper(
         graphs=graphs,
         pad=True,
         max_prefills=config.max_prefills_per_step,
-        fused_draw=config.fused_draw and model.device.type == "cuda",
     )
     if settings.whole_kv:
         stepper.spans = [config.kv_length]
@@ -111,8 +111,8 @@ def _rows(model: Qwen3TTS, length: int, gen: torch.Generator) -> torch.Tensor:
 def bench_parts(model: Qwen3TTS, config: EngineConfig, settings: PartsSettings) -> dict:
     """Time each piece; returns the JSON report."""
     device = model.device
-    if config.fuse_kernels and device.type == "cuda":
-        pointwise.enable_fusion()
+    kernels = Kernels.resolve(config, device)  # as the engine decides them
+    model.use_kernels(kernels)
     graphs = config.cuda_graphs and device.type == "cuda"
     gen = torch.Generator().manual_seed(0)
     report: dict = {
@@ -121,7 +121,8 @@ def bench_parts(model: Qwen3TTS, config: EngineConfig, settings: PartsSettings) 
         "dtype": str(model.dtype).removeprefix("torch."),
         "kv_length": config.kv_length,
         "graphs": graphs,
-        "fused_draw": config.fused_draw and device.type == "cuda",
+        "fused_draw": kernels.fused_draw,
+        "kernels": dataclasses.asdict(kernels),
         "whole_kv": settings.whole_kv,
     }
     with torch.inference_mode():

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from voicewire.engine.kernels import Kernels
 from voicewire.engine.layers import DecoderConfig, DecoderStack, KVCache
 from voicewire.engine.sampling import Draw, RowSampling, sample
 
@@ -44,6 +45,7 @@ class CodePredictor(nn.Module):
         self.small_to_mtp_projection: nn.Module = (
             nn.Linear(talker_hidden, hidden, bias=True) if hidden != talker_hidden else nn.Identity()
         )
+        self.kernels = Kernels()
 
     @property
     def cache_length(self) -> int:
@@ -59,14 +61,15 @@ class CodePredictor(nn.Module):
         seed: Tensor,
         counter: Tensor,
         draw: Draw,
-        fused_draw: bool = False,
     ) -> Tensor:
         """[B, H] talker hidden + [B, H] code-0 embedding -> codes 1..15 [B, 15].
 
         `cache` is this predictor's own KV cache (length 16), overwritten every frame. Code k
-        draws with noise counter `counter + k` (see sampling.sample). `fused_draw`: each draw and
-        the next step's embedding lookup run as one Triton kernel (engine.fused_draw; CUDA).
+        draws with noise counter `counter + k` (see sampling.sample). With `Kernels.fused_draw`,
+        each draw and the next step's embedding lookup run as one Triton kernel (engine.fused_draw;
+        CUDA).
         """
+        kernels = self.kernels
         b, last = talker_hidden.shape[0], self.cfg.num_code_groups - 2
         device = talker_hidden.device
         x = self.small_to_mtp_projection(torch.stack((talker_hidden, code0_embedding), dim=1))
@@ -78,16 +81,18 @@ class CodePredictor(nn.Module):
             torch.arange(2, last + 2, device=device)[:, None, None].expand(last, b + b % 2, 1).contiguous()
         )
         codes: list[Tensor] = []
-        out = torch.empty(b, last + 1, dtype=torch.long, device=device) if fused_draw else None
+        out = torch.empty(b, last + 1, dtype=torch.long, device=device) if kernels.fused_draw else None
         for k in range(last + 1):
             logits = self.model.last_logits(x, positions, cache, self.lm_head[k])
             table = self.model.codec_embedding[k].weight if k < last else None
             if out is not None:
                 from voicewire.engine import fused_draw as kernel  # Triton, which CUDA builds of torch carry
 
-                code, row = kernel.draw(logits, params, seed, counter, k + 1, out[:, k], table)
+                code, row = kernel.draw(
+                    logits, params, seed, counter, k + 1, out[:, k], table, pdl=kernels.pdl
+                )
             else:
-                code = sample(logits, params, seed, counter + k + 1, draw)
+                code = kernels.fuse(sample)(logits, params, seed, counter + k + 1, draw)
                 row = None if table is None else F.embedding(code, table)
             codes.append(code)
             if row is None:

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from voicewire.engine import pointwise
 from voicewire.engine.checkpoint import CheckpointError, load_into, read_json, read_safetensors, take_prefix
+from voicewire.engine.kernels import Kernels
 from voicewire.engine.layers import MLP, LayerScale, RMSNorm, weight_parts
 
 log = logging.getLogger(__name__)
@@ -335,10 +336,11 @@ class SnakeBeta(nn.Module):
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
+        self.kernels = Kernels()
 
     def forward(self, x: Tensor, bias: Tensor | None = None, context: Tensor | None = None) -> Tensor:
         """act(x + bias) [B, T, C], after `context` [B, c, C] along time if given (a conv's input)."""
-        if pointwise.fusion_enabled() and x.is_cuda:
+        if self.kernels.fused_snake and x.is_cuda:
             from voicewire.engine import fused_snake  # Triton, which CUDA builds of torch carry
 
             return fused_snake.snake_beta(x, self.alpha, self.beta, bias, context)
@@ -357,10 +359,11 @@ class ConvNeXtBlock(nn.Module):
         self.act = nn.GELU()
         self.pwconv2 = nn.Linear(4 * dim, dim)
         self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
+        self.kernels = Kernels()
 
     def forward(self, x: Tensor, state: StateRows) -> Tensor:
         h = self.pwconv2(self.act(self.pwconv1(self.norm(self.dwconv(x, state)))))
-        return pointwise.scaled_add(x, self.gamma, h)
+        return self.kernels.fuse(pointwise.scaled_add)(x, self.gamma, h)
 
 
 class ResidualUnit(nn.Module):
@@ -426,6 +429,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, kv_dim, bias=cfg.attention_bias)
         self.v_proj = nn.Linear(cfg.hidden_size, kv_dim, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(q_dim, cfg.hidden_size, bias=cfg.attention_bias)
+        self.kernels = Kernels()
 
     def forward(
         self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, state: StateRows, layer: int
@@ -434,7 +438,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, n, self.heads, self.head_dim)
         k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim)
         v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim)
-        q, k = pointwise.rotate_pair(q, k, cos, sin)
+        q, k = self.kernels.fuse(pointwise.rotate_pair)(q, k, cos, sin)
         q = q.transpose(1, 2)
         past_k, past_v = state.window(layer)
         # [B, kv_heads, window - 1 + n, head_dim]: the carried window, then this chunk.
@@ -475,11 +479,12 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
         self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
+        self.kernels = Kernels()
 
     def forward(self, x: Tensor, state: StateRows) -> Tensor:
         # x [B, n, latent]; positions continue from state.pos per row.
         cfg = self.cfg
-        cos, sin, mask = window_rope_and_mask(
+        cos, sin, mask = self.kernels.fuse(window_rope_and_mask)(
             state.pos, x.shape[1], cfg.sliding_window - 1, cfg.head_dim, cfg.rope_theta, x.dtype
         )
         h = self.input_proj(x)

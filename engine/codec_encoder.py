@@ -18,9 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from voicewire.engine import pointwise
 from voicewire.engine.checkpoint import CheckpointError, load_into, read_json, read_safetensors, take_prefix
+from voicewire.engine.kernels import Kernels
 from voicewire.engine.layers import LayerScale
-from voicewire.engine.pointwise import rotate_pair
 
 log = logging.getLogger(__name__)
 
@@ -229,13 +230,14 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.kernels = Kernels()
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = rotate_pair(q, k, cos, sin)
+        q, k = self.kernels.fuse(pointwise.rotate_pair)(q, k, cos, sin)
         groups = self.heads // self.kv_heads
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)

@@ -23,7 +23,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from voicewire.engine import pointwise
 from voicewire.engine.backend import TalkerBackend
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.cpu_threads import use_cpu_threads
@@ -32,6 +31,7 @@ from voicewire.engine.errors import InvalidOptions, InvalidVoice
 from voicewire.engine.frame_step import GenerationOptions
 from voicewire.engine.gc_pauses import GcPauses
 from voicewire.engine.handle import StreamHandle, caller_loop
+from voicewire.engine.kernels import Kernels
 from voicewire.engine.metrics import EngineMetrics
 from voicewire.engine.model import Qwen3TTS
 from voicewire.engine.prompt import Voice, check_voice, supported_languages
@@ -106,8 +106,9 @@ class Engine:
         self.config = config or EngineConfig()
         self.info = EngineInfo.of(model)
         use_cpu_threads(model.device, self.config.cpu_threads)
-        if self.config.fuse_kernels and model.device.type == "cuda":
-            pointwise.enable_fusion()  # before any graph is captured
+        # Decided once, here, and held by the model's parts before any graph is captured.
+        self.kernels = Kernels.resolve(self.config, model.device)
+        model.use_kernels(self.kernels)
         graphs = self.config.cuda_graphs and model.device.type == "cuda"
         self.metrics = EngineMetrics()
         self.decoder_stage = DecoderStage(

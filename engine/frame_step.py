@@ -136,8 +136,9 @@ class FrameStepper:
     """Talker + code predictor state for `slots` stream rows, allocated once.
 
     `graphs`: capture each bucket's step as a CUDA graph (CUDA only). `pad`: round batches up to
-    the buckets even without graphs, so eager and graphed steps run the very same shapes.
-    `fused_draw`: every draw (code 0, then the code predictor's) runs engine.fused_draw's Triton kernel.
+    the buckets even without graphs, so eager and graphed steps run the very same shapes. The
+    kernels are the talker's (`talker.kernels`, bound by the engine before any capture): with
+    `fused_draw` every draw (code 0, then the code predictor's) runs engine.fused_draw's kernel.
     """
 
     def __init__(
@@ -148,7 +149,6 @@ class FrameStepper:
         graphs: bool = False,
         pad: bool = False,
         max_prefills: int = 32,
-        fused_draw: bool = False,
     ) -> None:
         cfg = talker.cfg
         self.talker = talker
@@ -158,7 +158,6 @@ class FrameStepper:
             raise ValueError(f"CUDA graphs need a CUDA device, the talker is on {device}")
         self.slots = slots
         self.kv_length = kv_length
-        self.fused_draw = fused_draw
         self.device = device
         self.cache = talker.model.new_cache(slots, kv_length)
         self.predictor_cache = talker.code_predictor.model.new_cache(
@@ -264,14 +263,17 @@ class FrameStepper:
             self.seed[rows],
             self.rounds[rows] << 4,
         )
-        if self.fused_draw:
+        kernels = self.talker.kernels
+        if kernels.fused_draw:
             from voicewire.engine import fused_draw  # Triton, which CUDA builds of torch carry
 
             masks = fused_draw.Masks(seen, penalty, self.banned, no_eos, self.talker.cfg.codec_eos_id)
-            code0, _ = fused_draw.draw(logits, params, seed, counter, masks=masks)
+            code0, _ = fused_draw.draw(logits, params, seed, counter, masks=masks, pdl=kernels.pdl)
         else:
             no_eos = self.eos_only & no_eos[:, None]
-            code0 = choose_code0(logits, seen, penalty, self.banned, no_eos, params, seed, counter, draw)
+            code0 = kernels.fuse(choose_code0)(
+                logits, seen, penalty, self.banned, no_eos, params, seed, counter, draw
+            )
         self.rounds[rows] += active
         self.seen[rows, code0] |= active
         return code0
@@ -447,7 +449,6 @@ class FrameStepper:
             self.seed[:b],
             self.rounds[:b] << 4,
             draw,
-            self.fused_draw,
         )
         frame = torch.cat((code0[:, None], residual), dim=1)
         x = (talker.embed_frame(frame) + text_rows)[:, None]

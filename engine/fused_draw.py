@@ -1,6 +1,6 @@
 """A token draw in one Triton kernel: `sampling.sample` for every row of a batch, plus the chosen
-code's embedding row, or with the talker's penalty and masks first (CUDA; the engine's `fused_draw`,
-on by default).
+code's embedding row, or with the talker's penalty and masks first (CUDA; `Kernels.fused_draw`, from
+the engine's `fused_draw` setting, on by default).
 
 At one stream a frame makes 16 draws: code 0, then 15 in the code predictor. Each unfused draw is
 a top-k (about 19 us on an H100, several passes over the vocabulary), a handful of 2 us
@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from voicewire.engine import pdl
+from voicewire.engine.pdl import launch_options
 from voicewire.engine.sampling import RowSampling
 
 
@@ -154,11 +154,13 @@ def draw(
     out: Tensor | None = None,
     table: Tensor | None = None,
     masks: Masks | None = None,
+    pdl: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """`sampling.sample(logits, params, seed, counter + counter_offset)` for logits [B, V] -> (ids
     [B], written into `out` [B] when given, e.g. a column of a codes buffer; and with `table`
     [V', H], the chosen ids' rows [B, H], or None). With `masks`, the logits are first penalized
-    and masked as `frame_step.choose_code0` does."""
+    and masked as `frame_step.choose_code0` does. `pdl`: launched with programmatic dependent
+    launch (engine.pdl)."""
     b, vocab = logits.shape
     if logits.stride(1) != 1:
         raise ValueError("the logits' last dim must be contiguous")
@@ -202,6 +204,6 @@ def draw(
         HAS_TABLE=table is not None,
         HAS_MASKS=masks is not None,
         num_warps=4 if block_v <= 2048 else 8,
-        **pdl.launch_options(logits.device),
+        **launch_options(pdl),
     )
     return out, rows

@@ -1,5 +1,5 @@
 """A decoder layer in five Triton kernels, for steps of a few rows, and its attention kernel for decode
-steps at any batch (CUDA, fusion on).
+steps at any batch (CUDA, `Kernels.fused_layer`).
 
 At one stream a frame runs 103 layer passes (28 talker layers, then the code predictor's 5 layers
 15 times), and launch-bound kernels, not weight reads, set its time: the unfused layer is about a
@@ -27,7 +27,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from voicewire.engine import pdl, pointwise
+from voicewire.engine import pointwise
+from voicewire.engine.pdl import launch_options
 
 if TYPE_CHECKING:
     from voicewire.engine.layers import Attention, DecoderConfig, DecoderLayer, DecoderStack, KVCache
@@ -143,9 +144,11 @@ def gemv(
     norm: Tensor | None = None,
     eps: float = 0.0,
     gated: bool = False,
+    pdl: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """x [..., K] (+ delta), RMS-normed with `norm` [K] if given, times weight [N, K]^T ->
-    (out [..., N], or [..., N / 2] when `gated`; the residual sum x + delta, or None)."""
+    (out [..., N], or [..., N / 2] when `gated`; the residual sum x + delta, or None). `pdl`:
+    launched with programmatic dependent launch (engine.pdl)."""
     k = x.shape[-1]
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
@@ -177,7 +180,7 @@ def gemv(
         BLOCK_M=triton.next_power_of_2(m),
         BLOCK_N=block_n,
         BLOCK_K=block_k,
-        **pdl.launch_options(x.device),
+        **launch_options(pdl),
     )
     return out.reshape(*lead, n), (total.reshape(x.shape) if total is not None else None)
 
@@ -318,11 +321,13 @@ def attend(
     v_cache: Tensor,
     span: int,
     heads: int,
+    pdl: bool = False,
 ) -> Tensor:
     """qkv [B, T, (heads + 2 kv) d] from the stacked projection, cos/sin float32 (each row's
     [B, T, d], or the tables of every cache position [L, d], read at the rows' positions) and
     positions [B, T] -> attention output [B, T, heads d]; writes the new keys and values at each
-    row's positions of the caches [B, kv, L, d] (whole, contiguous tensors)."""
+    row's positions of the caches [B, kv, L, d] (whole, contiguous tensors). `pdl`: launched with
+    programmatic dependent launch (engine.pdl)."""
     b, t, _ = qkv.shape
     _, kv, length, d = k_cache.shape
     groups = heads // kv
@@ -361,7 +366,7 @@ def attend(
         BLOCK_L=min(64, max(16, triton.next_power_of_2(span))),
         IEEE=qkv.dtype == torch.float32,
         ROPE_TABLES=tables,
-        **pdl.launch_options(qkv.device),
+        **launch_options(pdl),
     )
     return out
 
@@ -389,11 +394,11 @@ def layer_attention(
     v_cache: Tensor,
     span: int,
 ) -> Tensor:
-    """`attend` with the norms and head count of `attn`, a `layers.Attention`."""
+    """`attend` with the norms, head count and kernels of `attn`, a `layers.Attention`."""
     q_norm, k_norm = attn.q_norm, attn.k_norm
     return attend(
         qkv, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, positions, k_cache, v_cache, span,
-        attn.cfg.num_heads,
+        attn.cfg.num_heads, attn.kernels.pdl,
     )  # fmt: skip
 
 
@@ -415,16 +420,16 @@ def layer_forward(
 ) -> tuple[Tensor, Tensor]:
     """`DecoderLayer.forward` in five kernels: (x, delta) -> (x, this layer's output still to be
     added)."""
-    attn, mlp = layer.self_attn, layer.mlp
+    attn, mlp, pdl = layer.self_attn, layer.mlp, layer.kernels.pdl
     norm = layer.input_layernorm
-    qkv, total = gemv(x, attn.qkv_proj.weight, delta, norm.weight, norm.eps)
+    qkv, total = gemv(x, attn.qkv_proj.weight, delta, norm.weight, norm.eps, pdl=pdl)
     x = x if total is None else total
     out = layer_attention(attn, qkv, cos, sin, positions, k_cache, v_cache, span)
-    out, _ = gemv(out, attn.o_proj.weight)
+    out, _ = gemv(out, attn.o_proj.weight, pdl=pdl)
     norm = layer.post_attention_layernorm
-    hidden, x = gemv(x, mlp.gate_up_proj.weight, out, norm.weight, norm.eps, gated=True)
+    hidden, x = gemv(x, mlp.gate_up_proj.weight, out, norm.weight, norm.eps, gated=True, pdl=pdl)
     assert x is not None
-    out, _ = gemv(hidden, mlp.down_proj.weight)
+    out, _ = gemv(hidden, mlp.down_proj.weight, pdl=pdl)
     return x, out
 
 
@@ -448,7 +453,7 @@ def stack_forward(stack: DecoderStack, x: Tensor, positions: Tensor, cache: KVCa
     x, delta = stack_layers(stack, x, positions, cache)
     if delta is None:
         return stack.norm(x)
-    return pointwise.add_rms_norm(x, delta, stack.norm.weight, stack.norm.eps)[1]
+    return stack.kernels.fuse(pointwise.add_rms_norm)(x, delta, stack.norm.weight, stack.norm.eps)[1]
 
 
 def stack_last_logits(
@@ -459,5 +464,5 @@ def stack_last_logits(
     x, delta = stack_layers(stack, x, positions, cache)
     norm = stack.norm
     last = None if delta is None else delta[:, -1]
-    logits, _ = gemv(x[:, -1], head, last, norm.weight, norm.eps)
+    logits, _ = gemv(x[:, -1], head, last, norm.weight, norm.eps, pdl=stack.kernels.pdl)
     return logits

@@ -1,4 +1,4 @@
-"""The codec decoder's SnakeBeta activation in one Triton kernel (CUDA, fusion on).
+"""The codec decoder's SnakeBeta activation in one Triton kernel (CUDA, `Kernels.fused_snake`).
 
 A decoder pass runs 29 activations over its largest tensors ([B, T, C] with T up to 1920 per
 frame), each maybe after the previous conv's bias and before its own conv's carried context.
@@ -18,8 +18,6 @@ is `pointwise.snake_beta`'s, in float32.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
@@ -77,8 +75,9 @@ def _snake_kernel(
     tl.store(out_ptr + out_at, y.to(out_ptr.dtype.element_ty), mask=in_out[:, None])
 
 
-def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+# Triton's interpreter (TRITON_INTERPRET, read by Triton as it decorated the kernel) has no fast
+# sine; a kernel it runs is not a compiled JITFunction.
+INTERPRETED = not isinstance(_snake_kernel, triton.runtime.JITFunction)
 
 
 def _channel_block(channels: int) -> int:
@@ -136,7 +135,7 @@ def snake_beta(
         HAS_BIAS=bias is not None,
         BLOCK_T=block_t,
         BLOCK_C=block_c,
-        FAST_SIN=(x.dtype != torch.float32 if fast_sine is None else fast_sine) and not _interpreted(),
+        FAST_SIN=(x.dtype != torch.float32 if fast_sine is None else fast_sine) and not INTERPRETED,
         num_warps=4,
     )
     return out

@@ -2,6 +2,8 @@
 
 Shapes: B batch rows (stream slots), T new positions, L cache length, H hidden, h heads, d head_dim.
 Every row carries its own positions, so rows at different points of their utterance share a step.
+Each module that calls a fusable function or a kernel holds the engine's `Kernels` (engine/kernels.py)
+as its `kernels` field: all off until the engine binds its own.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voicewire.engine import pointwise
+from voicewire.engine.kernels import Kernels
 
 
 @dataclass
@@ -107,9 +110,10 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.kernels = Kernels()
 
     def forward(self, x: Tensor) -> Tensor:
-        return pointwise.rms_norm(x, self.weight, self.eps)
+        return self.kernels.fuse(pointwise.rms_norm)(x, self.weight, self.eps)
 
 
 class StackedLinear(nn.Linear):
@@ -143,6 +147,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.kernels = Kernels()
 
     def forward(
         self,
@@ -160,14 +165,15 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         d = self.cfg.head_dim
         qkv = self.qkv_proj(x)
-        if pointwise.fusion_enabled():
+        kernels = self.kernels
+        if kernels.fused_layer:
             from voicewire.engine import fused_layer  # Triton, which CUDA builds of torch carry
 
             if fused_layer.attends(x, self.cfg):
                 out = fused_layer.layer_attention(self, qkv, cos, sin, positions, k_cache, v_cache, span)
                 return self.o_proj(out)
         q, k, v = self.qkv_proj.split(qkv)
-        q = pointwise.qk_norm_rope_store(
+        q = kernels.fuse(pointwise.qk_norm_rope_store)(
             q.view(b, t, -1, d),
             k.view(b, t, -1, d),
             v.view(b, t, -1, d),
@@ -180,7 +186,7 @@ class Attention(nn.Module):
             k_cache,
             v_cache,
         )
-        out = grouped_attention(q, k_cache[:, :, :span], v_cache[:, :, :span], bias)
+        out = grouped_attention(q, k_cache[:, :, :span], v_cache[:, :, :span], bias, kernels)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -191,16 +197,17 @@ class Attention(nn.Module):
 FEW_ROWS = 8
 
 
-def grouped_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+def grouped_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, kernels: Kernels) -> Tensor:
     """GQA without copying keys: q [B, h, T, d] over k/v [B, kv, L, d] -> [B, h, T, d], with an
     additive mask `bias` [B, 1, g x T, L] from `attention_inputs`.
 
     The g = h / kv query heads of a key head become g x T query rows of that head, so attention
-    runs on the cache as it is (SDPA's enable_gqa falls back to repeating the whole cache)."""
+    runs on the cache as it is (SDPA's enable_gqa falls back to repeating the whole cache). With
+    compiled kernels, a few rows take `few_row_attention` instead of SDPA."""
     b, h, t, d = q.shape
     rows = q.reshape(b, k.shape[1], -1, d)
-    if pointwise.fusion_enabled() and rows.shape[2] <= FEW_ROWS:
-        out = few_row_attention(rows, k, v, bias)
+    if kernels.compiled and rows.shape[2] <= FEW_ROWS:
+        out = kernels.fuse(few_row_attention)(rows, k, v, bias)
     else:
         out = F.scaled_dot_product_attention(rows, k, v, attn_mask=bias)
     return out.reshape(b, h, t, d)
@@ -242,9 +249,11 @@ class MLP(nn.Module):
         super().__init__()
         self.gate_up_proj = StackedLinear(hidden, {"gate_proj": intermediate, "up_proj": intermediate})
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.kernels = Kernels()
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(pointwise.silu_mul(*self.gate_up_proj.split(self.gate_up_proj(x))))
+        gate, up = self.gate_up_proj.split(self.gate_up_proj(x))
+        return self.down_proj(self.kernels.fuse(pointwise.silu_mul)(gate, up))
 
 
 class LayerScale(nn.Module):
@@ -253,9 +262,10 @@ class LayerScale(nn.Module):
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.scale = nn.Parameter(torch.full((dim,), 0.01))
+        self.kernels = Kernels()
 
     def forward(self, x: Tensor, branch: Tensor) -> Tensor:
-        return pointwise.scaled_add(x, self.scale, branch)
+        return self.kernels.fuse(pointwise.scaled_add)(x, self.scale, branch)
 
 
 class DecoderLayer(nn.Module):
@@ -265,6 +275,7 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.kernels = Kernels()
 
     def forward(
         self,
@@ -281,14 +292,15 @@ class DecoderLayer(nn.Module):
         """The residual stream x [B, T, H] and the previous layer's output `delta` still to be
         added (None before the first layer) -> (x, this layer's output still to be added): each
         residual sum runs in the kernel of the norm after it."""
+        add_rms_norm = self.kernels.fuse(pointwise.add_rms_norm)
         norm = self.input_layernorm
         if delta is None:
             h = norm(x)
         else:
-            x, h = pointwise.add_rms_norm(x, delta, norm.weight, norm.eps)
+            x, h = add_rms_norm(x, delta, norm.weight, norm.eps)
         attn = self.self_attn(h, cos, sin, positions, bias, k_cache, v_cache, span)
         norm = self.post_attention_layernorm
-        x, h = pointwise.add_rms_norm(x, attn, norm.weight, norm.eps)
+        x, h = add_rms_norm(x, attn, norm.weight, norm.eps)
         return x, self.mlp(h)
 
 
@@ -300,15 +312,16 @@ class DecoderStack(nn.Module):
         self.cfg = cfg
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.kernels = Kernels()
 
     def new_cache(self, batch: int, length: int) -> KVCache:
         weight = self.norm.weight
         return KVCache.allocate(self.cfg, batch, length, weight.device, weight.dtype)
 
     def _fused_layer(self, x: Tensor) -> ModuleType | None:
-        """engine.fused_layer when its kernels take a step of x [B, T, H] (fusion on, and a shape
-        they handle), else None."""
-        if not pointwise.fusion_enabled():
+        """engine.fused_layer when its kernels take a step of x [B, T, H] (`Kernels.fused_layer`,
+        and a shape they handle), else None."""
+        if not self.kernels.fused_layer:
             return None
         from voicewire.engine import fused_layer  # Triton, which CUDA builds of torch carry
 
@@ -321,13 +334,15 @@ class DecoderStack(nn.Module):
             return fused.stack_forward(self, x, positions, cache)
         groups = self.cfg.num_heads // self.cfg.num_kv_heads
         span = cache.length
-        cos, sin, bias = attention_inputs(positions, cache.cos, cache.sin, span, groups, x.dtype)
+        cos, sin, bias = self.kernels.fuse(attention_inputs)(
+            positions, cache.cos, cache.sin, span, groups, x.dtype
+        )
         delta = None
         for i, layer in enumerate(self.layers):
             x, delta = layer(x, delta, cos, sin, positions, bias, cache.k[i], cache.v[i], span)
         if delta is None:
             return self.norm(x)
-        return pointwise.add_rms_norm(x, delta, self.norm.weight, self.norm.eps)[1]
+        return self.kernels.fuse(pointwise.add_rms_norm)(x, delta, self.norm.weight, self.norm.eps)[1]
 
     def last_logits(self, x: Tensor, positions: Tensor, cache: KVCache, head: nn.Linear) -> Tensor:
         """The last position's logits [B, V] through `head`, for x [B, T, H] at positions [B, T].

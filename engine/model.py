@@ -10,12 +10,14 @@ import numpy as np
 import torch
 
 from voicewire.engine import checkpoint, codec_decoder, codec_encoder, speaker_encoder, talker, text_tokenizer
+from voicewire.engine.backend import ModelParts
 from voicewire.engine.checkpoint import CheckpointError
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.errors import EngineError
 from voicewire.engine.frame_step import GenerationOptions
+from voicewire.engine.kernels import Kernels
 from voicewire.engine.prompt import TextIds, Voice, build_prompt
-from voicewire.engine.scheduler import ModelParts, Scheduler
+from voicewire.engine.scheduler import Scheduler
 from voicewire.engine.segments import SegmentPolicy, TrackEntry
 from voicewire.engine.stream import Stream
 from voicewire.engine.tiny import builtin_tiny_checkpoint
@@ -108,6 +110,12 @@ class Qwen3TTS:
     def default_layout(self) -> str:
         # The official defaults: non-streaming for CustomVoice/VoiceDesign, dual-track for clones.
         return "dual_track" if self.variant == "base" else "non_streaming"
+
+    def use_kernels(self, kernels: Kernels) -> None:
+        """Run every part with `kernels` from now on (the engine's, bound before it captures any
+        CUDA graph). Until then each part runs with `Kernels()`: all off."""
+        parts = (self.talker, self.decoder, self.codec_encoder, self.speaker_encoder)
+        kernels.bind(*(part for part in parts if part is not None))
 
     def parts(self) -> ModelParts:
         return ModelParts(self.talker, self.tokenizer, self.text_ids, self.variant, self.model_size)

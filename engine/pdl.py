@@ -10,35 +10,14 @@ or writes anything another kernel touches.
 
 On by default on Hopper and later: on an H100 it took the one-stream frame step from 3.49 to
 3.06 ms (docs/log/2026-11.md, "Programmatic dependent launch"). `VOICEWIRE_PDL=0` turns it
-off, a switch for A/Bs and for drivers that mishandle it.
+off, a switch for A/Bs and for drivers that mishandle it; the choice is made once, in
+`Kernels.resolve` (engine/kernels.py), and reaches each launch as its `pdl` argument.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 
-import torch
-
-
-@functools.cache
-def _hopper_or_later(index: int) -> bool:
-    return torch.cuda.get_device_capability(index) >= (9, 0)
-
-
-def enabled(device: torch.device) -> bool:
-    """Whether kernels on `device` launch with programmatic dependent launch: unless VOICEWIRE_PDL=0,
-    on CUDA devices of compute capability 9.0 or later, compiled (not in Triton's interpreter)."""
-    if device.type != "cuda" or os.environ.get("VOICEWIRE_PDL", "1") == "0":
-        return False
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _hopper_or_later(index)
-
-
-def launch_options(device: torch.device) -> dict[str, object]:
+def launch_options(on: bool) -> dict[str, object]:
     """Keyword arguments for a Triton launch whose kernel takes a `PDL` constexpr: the constant, and
     the launch attribute when it is on."""
-    on = enabled(device)
     return {"PDL": True, "launch_pdl": True} if on else {"PDL": False}

@@ -1,15 +1,16 @@
 """Elementwise pieces of the model, as functions torch.compile fuses.
 
 Eager PyTorch runs each of these as several kernels, and at a frame's batch sizes the kernel
-count, not the arithmetic, sets the speed. A function marked `@fusable` runs eagerly until
-`enable_fusion()` (CUDA engines) is called; from then on it runs compiled, as one or a few
-generated kernels. The math is the same; only reduction order may differ. Other modules mark
-their own glue (the draw, the attention inputs, the frame's embedding sum) the same way.
+count, not the arithmetic, sets the speed. A function marked `@fusable` is a plain function, run
+eagerly wherever it is called directly; `compiled(fn)` is its torch.compile'd twin, as one or a
+few generated kernels. Which of the two a model part calls is its `Kernels` value's choice
+(`Kernels.fuse`, engine/kernels.py). The math is the same; only reduction order may differ. Other
+modules mark their own glue (the draw, the attention inputs, the frame's embedding sum) the same
+way. Inside a compiled function, the fusable functions it calls are traced into it.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from typing import TypeVar
@@ -22,47 +23,38 @@ log = logging.getLogger(__name__)
 
 Fn = TypeVar("Fn", bound=Callable)
 
-_fused = False
-_compiled: dict[Callable, Callable] = {}
+_fusable: set[Callable] = set()  # the marked functions: the only ones `compiled` compiles
+_compiled: dict[Callable, Callable] = {}  # a cache: each marked function compiled once per process
 
 
 def fusable(fn: Fn) -> Fn:
-    """Mark a module-level function for compilation once `enable_fusion()` has been called."""
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):  # type: ignore[no-untyped-def]
-        # Inside another fused function the caller's compilation already covers this one.
-        if not _fused or torch.compiler.is_compiling():
-            return fn(*args, **kwargs)
-        compiled = _compiled.get(fn)
-        if compiled is None:
-            # dynamic: one kernel family serves every batch size, width and span.
-            compiled = _compiled[fn] = torch.compile(fn, dynamic=True)
-        return compiled(*args, **kwargs)
-
-    return call  # type: ignore[return-value]
+    """Mark a module-level function as one `compiled` may compile; it stays the function it is."""
+    _fusable.add(fn)
+    return fn
 
 
-def enable_fusion() -> None:
-    """Run every `@fusable` function compiled from now on (once per process; CUDA only, as CI
-    has no GPU compiler)."""
+def compiled(fn: Fn) -> Fn:
+    """The compiled twin of `fn`, a `@fusable` function (made on first use, then kept)."""
+    twin = _compiled.get(fn)
+    if twin is None:
+        if fn not in _fusable:
+            raise ValueError(f"{fn.__qualname__} is not marked @fusable")
+        configure_compiler()
+        # dynamic: one kernel family serves every batch size, width and span.
+        twin = _compiled[fn] = torch.compile(fn, dynamic=True)
+    return twin  # type: ignore[return-value]
+
+
+def configure_compiler() -> None:
+    """torch.compile's settings for these functions (process-wide, as torch's config is; idempotent)."""
     import torch._inductor.config as inductor_config
 
-    global _fused
-    if _fused:
-        return
-    _fused = True
     # Each function meets several widths, dtypes and 0/1-sized dims (talker, predictor, codec
     # decoder): room for those variants, and eager instead of an error should a new one exceed it.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     # Softmaxes here span at most a KV (persistent reductions: one read either way). Online softmax
     # only warns and falls back wherever inductor splits the reduction (one row over a long span).
     inductor_config.online_softmax = False
-    log.info("fused kernels on: @fusable functions run compiled (torch.compile)")
-
-
-def fusion_enabled() -> bool:
-    return _fused
 
 
 @fusable
@@ -134,7 +126,7 @@ def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
 def snake_beta(x: Tensor, log_alpha: Tensor, log_beta: Tensor, bias: Tensor | None = None) -> Tensor:
     """The codec decoder's activation on time-major x [B, T, C]: x + sin²(x·e^alpha) / e^beta per
     channel, of x + `bias` [C] if given (the bias of the conv before it). Eager it is five passes
-    over the decoder's largest tensors; with fusion on, `fused_snake` does it in one."""
+    over the decoder's largest tensors; with `Kernels.fused_snake`, `fused_snake` does it in one."""
     if bias is not None:
         x = x + bias
     return x + (1.0 / (log_beta.exp() + 1e-9)) * torch.sin(x * log_alpha.exp()).pow(2)

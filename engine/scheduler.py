@@ -92,7 +92,6 @@ class Scheduler:
             config.kv_length,
             graphs=config.cuda_graphs and on_cuda,
             max_prefills=config.max_prefills_per_step,
-            fused_draw=config.fused_draw and on_cuda,
         )
         if config.cuda_graphs and on_cuda:
             self.stepper.capture()

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from voicewire.engine import checkpoint, pointwise
 from voicewire.engine.code_predictor import CodePredictor, CodePredictorConfig
+from voicewire.engine.kernels import Kernels
 from voicewire.engine.layers import DecoderConfig, DecoderStack, scaled_init_
 
 
@@ -85,6 +86,7 @@ class Talker(nn.Module):
         self.text_projection = TextProjection(cfg.text_hidden_size, hidden)
         self.codec_head = nn.Linear(hidden, cfg.vocab_size, bias=False)
         self.code_predictor = CodePredictor(cfg.predictor, hidden)
+        self.kernels = Kernels()  # the engine's, once bound: its layers and code predictor hold it too
 
     def embed_text(self, ids: Tensor) -> Tensor:
         """Text ids [...] -> text-track rows [..., H]."""
@@ -97,7 +99,7 @@ class Talker(nn.Module):
     def embed_frame(self, codes: Tensor) -> Tensor:
         """A frame's 16 codes [B, 16] -> the sum of their embeddings [B, H]."""
         tables = [emb.weight for emb in self.code_predictor.model.codec_embedding]
-        return pointwise.frame_embedding(codes, self.model.codec_embedding.weight, tables)
+        return self.kernels.fuse(pointwise.frame_embedding)(codes, self.model.codec_embedding.weight, tables)
 
     def forward(self, x: Tensor, positions: Tensor, cache) -> tuple[Tensor, Tensor]:
         """Rows [B, T, H] at positions [B, T] -> (hidden [B, T, H], codebook-0 logits [B, T, V])."""

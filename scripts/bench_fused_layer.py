@@ -24,7 +24,6 @@ import argparse
 import functools
 import itertools
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +33,7 @@ import torch.nn.functional as F
 import triton
 
 from voicewire.engine import codec_decoder, fused_draw, fused_layer, fused_snake, pdl, pointwise, tiny
+from voicewire.engine.kernels import Kernels, pdl_supported
 from voicewire.engine.layers import (
     DecoderConfig,
     DecoderStack,
@@ -47,6 +47,19 @@ from voicewire.engine.sampling import Draw, RowSampling, SamplingParams, sample
 
 DEVICE = torch.device("cuda")
 DTYPE = torch.bfloat16
+
+
+@functools.cache
+def with_pdl() -> bool:
+    """Programmatic dependent launch where this GPU has it, as the engine launches by default."""
+    return pdl_supported(DEVICE)
+
+
+def kernels(fused_layer: bool = True, pdl: bool | None = None) -> Kernels:
+    """The engine's kernels on this GPU (`Kernels.resolve`'s defaults), with the fused layer and
+    programmatic dependent launch as asked (`pdl` None: where the GPU has it)."""
+    pdl = with_pdl() if pdl is None else pdl
+    return Kernels(compiled=True, fused_layer=fused_layer, fused_draw=True, fused_snake=True, pdl=pdl)
 
 
 def graph_ms(fn: Callable[[], object], repeats: int = 30) -> float:
@@ -77,38 +90,23 @@ def stack_of(layers: int) -> DecoderStack:
 
 
 def unfused(stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
-    saved = fused_layer.MAX_ROWS, fused_layer.MAX_QUERY_ROWS
-    fused_layer.MAX_ROWS = fused_layer.MAX_QUERY_ROWS = 0  # neither the layer nor its attention fused
-    try:
-        return stack(x, positions, cache)
-    finally:
-        fused_layer.MAX_ROWS, fused_layer.MAX_QUERY_ROWS = saved
-
-
-def _stack_with_pdl(
-    switch: str, stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache
-) -> torch.Tensor:
-    """The fused stack with VOICEWIRE_PDL set to `switch` (engine.pdl), whatever the caller's is."""
-    saved = os.environ.get("VOICEWIRE_PDL")
-    os.environ["VOICEWIRE_PDL"] = switch
-    try:
-        return fused_layer.stack_forward(stack, x, positions, cache)
-    finally:
-        if saved is None:
-            del os.environ["VOICEWIRE_PDL"]
-        else:
-            os.environ["VOICEWIRE_PDL"] = saved
+    """The stack with neither the fused layer nor its attention kernel (the compiled pieces on)."""
+    kernels(fused_layer=False).bind(stack)
+    return stack(x, positions, cache)
 
 
 def fused(stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
     """The fused stack without programmatic dependent launch."""
-    return _stack_with_pdl("0", stack, x, positions, cache)
+    kernels(pdl=False).bind(stack)
+    return fused_layer.stack_forward(stack, x, positions, cache)
 
 
 def fused_with_pdl(
     stack: DecoderStack, x: torch.Tensor, positions: torch.Tensor, cache: KVCache
 ) -> torch.Tensor:
-    return _stack_with_pdl("1", stack, x, positions, cache)
+    """The fused stack with programmatic dependent launch, where this GPU has it."""
+    kernels().bind(stack)
+    return fused_layer.stack_forward(stack, x, positions, cache)
 
 
 def bench_stack() -> list[dict]:
@@ -180,19 +178,22 @@ def bench_attention() -> list[dict]:
 
         def fused_calls(qkv=qkv, caches=caches, cos=cos, sin=sin, positions=positions, span=span) -> None:
             for k_cache, v_cache in caches:
-                fused_layer.attend(qkv, weight, weight, 1e-6, cos, sin, positions, k_cache, v_cache, span, 16)
+                fused_layer.attend(
+                    qkv, weight, weight, 1e-6, cos, sin, positions, k_cache, v_cache, span, 16, with_pdl()
+                )
 
         def unfused_calls(
             qkv=qkv, caches=caches, positions=positions, span=span, b=b, t=t, tables=(cos_table, sin_table)
         ) -> None:
+            chosen = kernels()
             for k_cache, v_cache in caches:
                 q, k, v = qkv.split([2048, 1024, 1024], -1)
-                cos, sin, bias = attention_inputs(positions, *tables, span, 2, DTYPE)
-                q = pointwise.qk_norm_rope_store(
+                cos, sin, bias = chosen.fuse(attention_inputs)(positions, *tables, span, 2, DTYPE)
+                q = chosen.fuse(pointwise.qk_norm_rope_store)(
                     q.view(b, t, 16, 128), k.view(b, t, 8, 128), v.view(b, t, 8, 128), weight, weight,
                     1e-6, cos, sin, positions, k_cache, v_cache,
                 )  # fmt: skip
-                grouped_attention(q, k_cache[:, :, :span], v_cache[:, :, :span], bias)
+                grouped_attention(q, k_cache[:, :, :span], v_cache[:, :, :span], bias, chosen)
 
         row = {
             "batch": b,
@@ -234,7 +235,7 @@ def bench_gemv() -> list[dict]:
                         fused_layer._gemv_kernel[(triton.cdiv(n, bn),)](
                             x, x, total, norm, weight, out, m, n, 1e-6, K=k, HAS_DELTA=normed, NORM=normed,
                             GATED=gated, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=bn, BLOCK_K=bk, num_warps=w,
-                            **pdl.launch_options(x.device),
+                            **pdl.launch_options(with_pdl()),
                         )  # fmt: skip
 
                 us = graph_ms(calls) / copies * 1e3
@@ -267,13 +268,15 @@ def bench_draw() -> list[dict]:
         def unfused_calls(params=params, logits=logits, seed=seed, counter=counter) -> list[torch.Tensor]:
             ids = []
             for k in range(codebooks):
-                ids.append(sample(logits[k], params, seed, counter + k + 1, Draw.TOP_K))
+                ids.append(kernels().fuse(sample)(logits[k], params, seed, counter + k + 1, Draw.TOP_K))
                 F.embedding(ids[-1], tables[k])
             return ids
 
         def fused_calls(params=params, logits=logits, seed=seed, counter=counter, codes=codes) -> None:
             for k in range(codebooks):
-                fused_draw.draw(logits[k], params, seed, counter, k + 1, codes[:, k], tables[k])
+                fused_draw.draw(
+                    logits[k], params, seed, counter, k + 1, codes[:, k], tables[k], pdl=with_pdl()
+                )
 
         fused_calls()
         same = (torch.stack(unfused_calls(), dim=1) == codes).float().mean().item()
@@ -296,6 +299,7 @@ def decoder_activations(rows: int, frames: int) -> list[tuple[tuple[int, int, in
     codec_decoder.random_init_(decoder, torch.Generator().manual_seed(0))
     decoder = decoder.to(DEVICE, DTYPE).eval()
     decoder.prepare()
+    kernels().bind(decoder)
     calls = []
     forward = codec_decoder.SnakeBeta.forward
 
@@ -377,7 +381,6 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_fused_layer needs a CUDA GPU")
-    pointwise.enable_fusion()
     with torch.inference_mode():
         modes = {
             "stack": bench_stack,

@@ -13,4 +13,5 @@ MYPYPATH="$tree" "$venv/bin/mypy" --config-file pyproject.toml \
   -p voicewire.server -p voicewire.client -p voicewire.integrations \
   -m voicewire.engine -m voicewire.engine.api -m voicewire.engine.handle -m voicewire.engine.voices \
   -m voicewire.engine.backend -m voicewire.engine.engine -m voicewire.engine.engine_process \
-  -m voicewire.engine.stream -m voicewire.engine.scheduler -m voicewire.engine.vllm.scheduler
+  -m voicewire.engine.stream -m voicewire.engine.scheduler -m voicewire.engine.vllm.scheduler \
+  -m voicewire.engine.live_streams -m voicewire.engine.kernels -m voicewire.engine.pdl

@@ -87,16 +87,7 @@ def recorded(module, name: str, wrapper: Callable, *args: object, **kwargs: obje
 def launches() -> list[tuple]:
     """(kernel, args, kwargs) for the engine's kernels at 0.6B shapes in bfloat16 and tiny ones in
     float32, launched one after another, then with programmatic dependent launch (engine.pdl)."""
-    from voicewire.engine import pdl
-
-    found = _launches()
-    choose = pdl.launch_options
-    pdl.launch_options = lambda device: {"PDL": True, "launch_pdl": True}
-    try:
-        found += _launches()
-    finally:
-        pdl.launch_options = choose
-    return found + _snake_launches()
+    return _launches(pdl=False) + _launches(pdl=True) + _snake_launches()
 
 
 def _snake_launches() -> list[tuple]:
@@ -116,7 +107,7 @@ def _snake_launches() -> list[tuple]:
     return found
 
 
-def _launches() -> list[tuple]:
+def _launches(pdl: bool) -> list[tuple]:
     from voicewire.engine import fused_draw, fused_layer
     from voicewire.engine.sampling import RowSampling, SamplingParams
 
@@ -136,19 +127,20 @@ def _launches() -> list[tuple]:
             seed,
             seed,
         )
-        found += recorded(*draw, 1, table=torch.zeros(vocab, hidden, dtype=dtype))
+        found += recorded(*draw, 1, table=torch.zeros(vocab, hidden, dtype=dtype), pdl=pdl)
         masks = fused_draw.Masks(
             torch.zeros(b, vocab, dtype=torch.bool), torch.ones(b), torch.zeros(vocab, dtype=torch.bool),
             torch.zeros(b, dtype=torch.bool), vocab - 1,
         )  # fmt: skip
-        found += recorded(*draw, masks=masks)
+        found += recorded(*draw, masks=masks, pdl=pdl)
     for dtype in (torch.bfloat16, torch.float32):
         for rows in (1, 2):
             x, wide = torch.zeros(rows, 1024, dtype=dtype), torch.zeros(rows, 3072, dtype=dtype)
             gemv = (fused_layer, "_gemv_kernel", fused_layer.gemv)
-            found += recorded(*gemv, x, torch.zeros(4096, 1024, dtype=dtype), x, x[0], 1e-6)  # q/k/v
-            found += recorded(*gemv, x, torch.zeros(6144, 1024, dtype=dtype), x, x[0], 1e-6, True)  # gate/up
-            found += recorded(*gemv, wide, torch.zeros(1024, 3072, dtype=dtype))  # down
+            q_k_v, gate_up = torch.zeros(4096, 1024, dtype=dtype), torch.zeros(6144, 1024, dtype=dtype)
+            found += recorded(*gemv, x, q_k_v, x, x[0], 1e-6, pdl=pdl)
+            found += recorded(*gemv, x, gate_up, x, x[0], 1e-6, True, pdl=pdl)
+            found += recorded(*gemv, wide, torch.zeros(1024, 3072, dtype=dtype), pdl=pdl)  # down
         for batch, t, span in ((1, 1, 128), (1, 2, 16), (8, 1, 1024)):
             qkv, cos = torch.zeros(batch, t, 4096, dtype=dtype), torch.zeros(batch, t, 128)
             positions, norm = torch.zeros(batch, t, dtype=torch.long), torch.ones(128, dtype=dtype)
@@ -156,7 +148,7 @@ def _launches() -> list[tuple]:
             for rope in (cos, torch.zeros(1024, 128)):  # each row's cos/sin, or the whole tables
                 found += recorded(
                     fused_layer, "_attention_kernel", fused_layer.attend,
-                    qkv, norm, norm, 1e-6, rope, rope, positions, cache, cache, span, 16,
+                    qkv, norm, norm, 1e-6, rope, rope, positions, cache, cache, span, 16, pdl=pdl,
                 )  # fmt: skip
     return found
 

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from tests.engine.torch_calls import TorchCalls
+from voicewire.engine.config import EngineConfig
 from voicewire.engine.frame_step import FrameStepper, GenerationOptions
+from voicewire.engine.kernels import Kernels
 from voicewire.engine.model import Qwen3TTS
 from voicewire.engine.sampling import Draw, SamplingParams
 
@@ -160,12 +162,16 @@ def test_attention_spans_change_nothing(model: Qwen3TTS) -> None:
 
 @pytest.mark.parametrize("greedy", [[True, True, True], [False, True, False]])
 def test_the_fused_draw_steps_the_same_codes(tiny_checkpoints, model: Qwen3TTS, greedy: list[bool]) -> None:
-    """The code predictor's draws through engine.fused_draw (Triton's interpreter without a GPU):
-    the same 16 codes and next code 0 for greedy and sampling rows, in float32."""
+    """Every draw through engine.fused_draw (Triton's interpreter without a GPU), as a model bound
+    to `Kernels(fused_draw=True)` makes them: the same 16 codes and next code 0 for greedy and
+    sampling rows, in float32."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     if torch.cuda.is_available():
-        model = Qwen3TTS.load(tiny_checkpoints["custom_voice"], device="cuda")
+        model = Qwen3TTS.load(tiny_checkpoints["custom_voice"], device=device)
+    drawn = Qwen3TTS.load(tiny_checkpoints["custom_voice"], device=device)  # the same weights
+    drawn.use_kernels(Kernels(fused_draw=True))
     plain = _run(model, FrameStepper(model.talker, SLOTS, 64, pad=True), greedy)
-    fused = _run(model, FrameStepper(model.talker, SLOTS, 64, pad=True, fused_draw=True), greedy)
+    fused = _run(drawn, FrameStepper(drawn.talker, SLOTS, 64, pad=True), greedy)
     for a, b in zip(plain, fused, strict=True):
         assert torch.equal(a, b)
     assert sum(len(out) for out in fused) == 12  # every active row of the six steps compared
@@ -182,10 +188,13 @@ def test_graphs_need_cuda(model: Qwen3TTS) -> None:
 )
 def test_graphed_steps_equal_eager_steps_on_cuda(tiny_checkpoints, dtype: str, fused_draw: bool) -> None:
     model = Qwen3TTS.load(tiny_checkpoints["custom_voice"], device="cuda", dtype=dtype)
+    # The draw kernel alone (with PDL where the GPU has it), as an engine with fuse_kernels off.
+    config = EngineConfig(device="cuda", fuse_kernels=False, fused_draw=fused_draw)
+    model.use_kernels(Kernels.resolve(config, model.device))
     for greedy in ([True, True, True], [False, True, False]):
-        eager_stepper = FrameStepper(model.talker, SLOTS, 64, pad=True, fused_draw=fused_draw)
+        eager_stepper = FrameStepper(model.talker, SLOTS, 64, pad=True)
         eager = _run(model, eager_stepper, greedy, steps=40)
-        graphed_stepper = FrameStepper(model.talker, SLOTS, 64, graphs=True, fused_draw=fused_draw)
+        graphed_stepper = FrameStepper(model.talker, SLOTS, 64, graphs=True)
         graphed_stepper.capture()
         graphed = _run(model, graphed_stepper, greedy, steps=40)
         for a, b in zip(eager, graphed, strict=True):
@@ -195,14 +204,12 @@ def test_graphed_steps_equal_eager_steps_on_cuda(tiny_checkpoints, dtype: str, f
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fused kernels are compiled on CUDA only")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # inductor touches torch.jit while compiling
 def test_fused_graphed_steps_equal_fused_eager_steps_on_cuda(tiny_checkpoints) -> None:
-    """Last in this file: fusion stays on for the rest of the process. The capture comes first, as
-    in the engine: torch.compile generates kernels as new shapes arrive, and which one serves a
-    shape depends on what was compiled before, so a first eager run (before capture) can differ
-    in rounding from every later run, graphed or not, on the same shapes."""
-    from voicewire.engine import pointwise
-
-    pointwise.enable_fusion()
+    """The compiled pieces and fused layer on, the draw kernel off. The capture comes first, as in
+    the engine: torch.compile generates kernels as new shapes arrive, and which one serves a shape
+    depends on what was compiled before, so a first eager run (before capture) can differ in
+    rounding from every later run, graphed or not, on the same shapes."""
     model = Qwen3TTS.load(tiny_checkpoints["custom_voice"], device="cuda", dtype="bfloat16")
+    model.use_kernels(Kernels.resolve(EngineConfig(device="cuda", fused_draw=False), model.device))
     greedy = [True, False, True]
     graphed_stepper = FrameStepper(model.talker, SLOTS, 64, graphs=True)
     graphed_stepper.capture()

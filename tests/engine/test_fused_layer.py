@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from voicewire.engine import fused_layer, pointwise
+from voicewire.engine.kernels import Kernels
 from voicewire.engine.layers import (
     DecoderConfig,
     DecoderStack,
@@ -81,7 +82,7 @@ def _unfused_attention(qkv, q_norm, k_norm, positions, k_cache, v_cache, span, c
         q.reshape(b, t, h, d), k.reshape(b, t, kv, d), v.reshape(b, t, kv, d), q_norm, k_norm,
         CFG.rms_norm_eps, cos, sin, positions, k_cache, v_cache,
     )  # fmt: skip
-    out = grouped_attention(q, k_cache[:, :, :span], v_cache[:, :, :span], bias)
+    out = grouped_attention(q, k_cache[:, :, :span], v_cache[:, :, :span], bias, Kernels())
     return out.transpose(1, 2).reshape(b, t, -1)
 
 
@@ -235,7 +236,7 @@ def test_decoder_stack_dispatches_last_logits(monkeypatch: pytest.MonkeyPatch, b
             monkeypatch.setattr(
                 fused_layer, name, lambda *a, real=real, name=name: calls.append(name) or real(*a)
             )
-        monkeypatch.setattr(pointwise, "fusion_enabled", lambda: True)
+        Kernels(fused_layer=True).bind(stack)
         monkeypatch.setattr(fused_layer, "applies", lambda x, cfg: True)
         got = stack.last_logits(x, positions, cache, head)
     assert calls == (["stack_forward"] if bias else ["stack_last_logits"])

@@ -8,6 +8,7 @@ import torch
 
 from voicewire.engine import fused_snake, pointwise
 from voicewire.engine.codec_decoder import SnakeBeta
+from voicewire.engine.kernels import Kernels
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -88,16 +89,17 @@ def test_channel_blocks_divide_the_decoders_widths() -> None:
     assert blocks == {1536: 128, 768: 128, 384: 128, 192: 64, 96: 32, 24: 8}
 
 
-def test_snake_beta_module_takes_the_kernel_once_fusion_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With fusion on, a CUDA tensor goes through the kernel (on CPU, the eager function stays)."""
+def test_snake_beta_module_takes_the_kernel_when_its_kernels_say(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `Kernels.fused_snake`, a CUDA tensor goes through the kernel (on CPU, the eager
+    function stays)."""
     act = SnakeBeta(96).to(DEVICE)
+    Kernels(fused_snake=True).bind(act)
     with torch.no_grad():
         act.alpha.copy_(_params(96, 7)[0])
     x, carried = torch.randn(1, 5, 96, device=DEVICE), torch.randn(1, 6, 96, device=DEVICE)
     calls: list[int] = []
     kernel = fused_snake.snake_beta
     monkeypatch.setattr(fused_snake, "snake_beta", lambda *args: calls.append(1) or kernel(*args))
-    monkeypatch.setattr(pointwise, "_fused", True)
     with torch.no_grad():
         got = act(x, context=carried)
     assert len(calls) == (1 if DEVICE == "cuda" else 0)

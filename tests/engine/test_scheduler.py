@@ -213,12 +213,6 @@ def test_a_frame_launched_past_eos_is_taken_back(model: Qwen3TTS, monkeypatch: p
     assert scheduler.steps == kept + 1  # the step whose only frame was dropped still counts
 
 
-def test_the_fused_draw_is_for_cuda_only(model: Qwen3TTS) -> None:
-    """On a CPU engine the setting is ignored: Triton kernels need a GPU outside the tests."""
-    scheduler, _ = _scheduler(model, fused_draw=True)
-    assert scheduler.stepper.fused_draw is False
-
-
 def test_ready_sequences_wait_for_company_while_the_talker_steps(
     model: Qwen3TTS, monkeypatch: pytest.MonkeyPatch
 ) -> None:
