@@ -1,5 +1,6 @@
 # Two entry points, both self-installing on a fresh machine:
-#   make serve  - the streaming server on http://127.0.0.1:8000 with the built-in tiny checkpoint
+#   make serve  - the streaming server on http://127.0.0.1:8000: the 0.6B CustomVoice checkpoint on a
+#                 CUDA GPU with the Hugging Face hub in reach, else the built-in tiny checkpoint
 #   make test   - lint + the whole test suite (oracle venv included)
 PYTHON ?= python3
 VENV := .venv
@@ -25,7 +26,7 @@ $(TEST_TOOLS): tests/web/package-lock.json scripts/setup_test_tools.sh
 	touch $@
 
 serve: setup
-	$(VENV)/bin/voicewire serve --config configs/cpu.yaml
+	$(VENV)/bin/voicewire serve --config auto
 
 demo: setup
 	$(VENV)/bin/voicewire synth --model tiny --speaker vivian --text "Hello from voicewire." --max-frames 60 --out demo.wav

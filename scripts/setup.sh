@@ -18,7 +18,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python_bin" -m venv "$venv" || { echo "setup: '$python_bin -m venv' failed; install python3-venv." >&2; exit 1; }
 fi
 if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-  echo "setup: installing PyTorch ($torch_spec, CPU build)"
+  echo "setup: installing PyTorch ($torch_spec)"
   "$venv/bin/python" -m pip install "${pip_quiet[@]}" "$torch_spec"
 fi
 if [ "$what" = dev ]; then

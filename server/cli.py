@@ -73,6 +73,54 @@ def _make_checkpoint(args: argparse.Namespace) -> int:
 
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+# `serve --config auto` (what `make serve` runs): the GPU profile with DEFAULT_MODEL where it can
+# run, else the CPU profile with the built-in tiny checkpoint.
+AUTO_PROFILE = Path("auto")
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def choose_profile(cuda: bool, hub: bool) -> tuple[Path, str]:
+    """The profile a first run serves, given whether a CUDA GPU is usable and DEFAULT_MODEL is in
+    reach (cached, or on the hub), and why, as one line for the console."""
+    if cuda and hub:
+        return CONFIGS / "gpu.yaml", (
+            f"a CUDA GPU and {DEFAULT_MODEL} in reach: serving it with configs/gpu.yaml "
+            "(a first run downloads it into the Hugging Face cache)"
+        )
+    missing = "no CUDA GPU" if not cuda else f"{DEFAULT_MODEL} is neither cached nor reachable on the hub"
+    return CONFIGS / "cpu.yaml", (
+        f"{missing}: serving the built-in tiny checkpoint (configs/cpu.yaml); its random weights make "
+        "noise, not words"
+    )
+
+
+def _model_in_reach(repo: str) -> bool:
+    from huggingface_hub import HfApi, snapshot_download
+
+    # Whatever stops either (no cache entry, offline mode, no route, a proxy's refusal) means the
+    # same here: not in reach, so serve the tiny checkpoint rather than fail a first run.
+    try:
+        snapshot_download(repo_id=repo, local_files_only=True)
+        return True
+    except Exception:
+        pass
+    try:
+        HfApi().model_info(repo, timeout=5)
+        return True
+    except Exception:
+        return False
+
+
+def resolve_auto_profile(config: Path | None) -> Path | None:
+    """`--config auto` made a profile's path (and said why); any other value as it is."""
+    if config != AUTO_PROFILE:
+        return config
+    import torch
+
+    cuda = torch.cuda.is_available()
+    profile, why = choose_profile(cuda, cuda and _model_in_reach(DEFAULT_MODEL))  # no network without a GPU
+    log.info("%s", why)
+    return profile
 
 
 def _is_loopback(host: str) -> bool:
@@ -101,6 +149,7 @@ def _serve(args: argparse.Namespace) -> int:
         worker_environment,
     )
 
+    args.config = resolve_auto_profile(args.config)
     overrides = {"model": args.model, "device": args.device, "dtype": args.dtype, "backend": args.backend}
     if args.config:
         engine_config = EngineConfig.from_yaml(args.config, **overrides)
@@ -484,7 +533,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help=f"checkpoint folder, Hugging Face repo id, or 'tiny' (default {DEFAULT_MODEL})"
     )
     serve.add_argument(
-        "--config", type=Path, help="profile YAML with engine: and server: sections (configs/)"
+        "--config",
+        type=Path,
+        help="profile YAML with engine: and server: sections (configs/); 'auto': configs/gpu.yaml with "
+        f"{DEFAULT_MODEL} where a CUDA GPU and the model are in reach, else configs/cpu.yaml (tiny)",
     )
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")

@@ -199,3 +199,29 @@ def test_voices_add_list_rm_and_say_with_the_voice(
         assert "unauthorized" in caplog.text
     args = build_parser().parse_args(["serve", "--data-dir", str(tmp_path / "lib")])
     assert args.data_dir == tmp_path / "lib"
+
+
+def test_auto_profile_serves_the_real_model_only_with_a_gpu_and_the_model_in_reach() -> None:
+    from voicewire.server.cli import CONFIGS, DEFAULT_MODEL, choose_profile
+
+    profile, why = choose_profile(cuda=True, hub=True)
+    assert profile == CONFIGS / "gpu.yaml" and profile.is_file() and DEFAULT_MODEL in why
+    for cuda, reason in ((False, "no CUDA GPU"), (True, "neither cached nor reachable")):
+        profile, why = choose_profile(cuda=cuda, hub=False)
+        assert profile == CONFIGS / "cpu.yaml" and profile.is_file()
+        assert reason in why and "tiny checkpoint" in why and "noise, not words" in why
+
+
+def test_make_serves_auto_profile_is_the_cpu_one_here(caplog: pytest.LogCaptureFixture) -> None:
+    """`make serve`'s `--config auto` on this machine (no GPU): the CPU profile, said in one line, and
+    no network asked (the hub is only probed where a GPU could run the model)."""
+    import logging
+    import socket
+
+    caplog.set_level(logging.INFO, logger="voicewire")
+    with socket.socket() as holder:  # a busy port: serve stops before loading anything
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        assert main(["serve", "--config", "auto", "--port", str(holder.getsockname()[1])]) == 2
+    assert "no CUDA GPU: serving the built-in tiny checkpoint (configs/cpu.yaml)" in caplog.text
+    assert "Address already in use" in caplog.text
