@@ -27,10 +27,14 @@ def _synth(args: argparse.Namespace) -> int:
 
     from voicewire.engine.config import EngineConfig
     from voicewire.engine.cpu_threads import use_cpu_threads
+    from voicewire.engine.kernels import Kernels
     from voicewire.engine.model import Qwen3TTS, SynthesisRequest
 
     model = Qwen3TTS.load(args.model, device=args.device, dtype=args.dtype)
     use_cpu_threads(model.device, EngineConfig.cpu_threads)
+    # The engine's draw kernel on CUDA, as before kernels were a value; no compiled pieces: one
+    # offline synthesis would spend longer compiling them than it saves.
+    model.use_kernels(Kernels.resolve(EngineConfig(fuse_kernels=False), model.device))
     if model.is_builtin_tiny:
         log.warning("model 'tiny' is a random checkpoint: it exercises the pipeline but does not speak words")
     ref_audio = None
