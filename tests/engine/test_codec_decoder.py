@@ -6,22 +6,96 @@ import numpy as np
 import pytest
 import torch
 
-from voicewire.engine.checkpoint import CheckpointError, checkpoint_tensors, read_safetensors, save_tensors
+from voicewire.engine.checkpoint import (
+    CheckpointError,
+    checkpoint_tensors,
+    read_safetensors,
+    save_tensors,
+    take_prefix,
+    write_json,
+)
 from voicewire.engine.codec_decoder import CodecDecoder, CodecDecoderConfig, load_codec_decoder, random_init_
-from voicewire.engine.tiny import codec_decoder_config
+from voicewire.engine.tiny import codec_decoder_config, speech_tokenizer_config
 
 FRAMES = 100  # past the 72-frame attention window
 SAMPLES = 1920
 
+# Decoder shapes, as overrides of the tiny checkpoint's decoder_config: the README's tolerances are
+# checked on each, as float32 rounding grows with the widths, the depth and the amplitudes.
+SHAPES: dict[str, dict[str, object]] = {
+    "tiny": {},
+    # Twice as wide everywhere, 4 transformer layers, plain multi-head attention.
+    "wide": {
+        "latent_dim": 64,
+        "codebook_dim": 64,
+        "vector_quantization_hidden_dimension": 64,
+        "decoder_dim": 128,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "head_dim": 16,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 4,
+    },
+    # 8 transformer layers, 2 heads over 1 KV head, three decoder blocks: 960 samples a frame.
+    "deep": {
+        "num_hidden_layers": 8,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "decoder_dim": 96,
+        "upsample_rates": [8, 6, 5],
+    },
+}
+
+
+def _write_speech_tokenizer(folder: Path, tiny_dir: Path, shape: str, seed: int) -> Path:
+    """A speech_tokenizer/ folder whose decoder has `shape`, with random weights, and the tiny
+    checkpoint's encoder (the official loader builds both)."""
+    cfg = speech_tokenizer_config("tiny")
+    cfg["decoder_config"].update(SHAPES[shape])
+    decoder = CodecDecoder(CodecDecoderConfig.from_dict(cfg["decoder_config"]))
+    random_init_(decoder, torch.Generator().manual_seed(seed))
+    cfg["decode_upsample_rate"] = decoder.cfg.samples_per_frame
+    folder.mkdir()
+    write_json(folder / "config.json", cfg)
+    (folder / "preprocessor_config.json").write_text((tiny_dir / "preprocessor_config.json").read_text())
+    encoder = take_prefix(read_safetensors(tiny_dir / "model.safetensors"), "encoder")
+    save_tensors(
+        folder / "model.safetensors",
+        {
+            **{f"encoder.{n}": t for n, t in encoder.items()},
+            **{f"decoder.{n}": t for n, t in checkpoint_tensors(decoder).items()},
+        },
+    )
+    return folder
+
 
 @pytest.fixture(scope="module")
-def speech_dir(tiny_checkpoints) -> Path:
-    return tiny_checkpoints["custom_voice"] / "speech_tokenizer"
+def speech_dirs(tiny_checkpoints, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tiny = tiny_checkpoints["custom_voice"] / "speech_tokenizer"
+    root = tmp_path_factory.mktemp("decoder_shapes")
+    made = {
+        name: _write_speech_tokenizer(root / name, tiny, name, 40 + i)
+        for i, name in enumerate(SHAPES)
+        if name != "tiny"
+    }
+    return {"tiny": tiny, **made}
 
 
 @pytest.fixture(scope="module")
-def decoder(speech_dir: Path) -> CodecDecoder:
-    return load_codec_decoder(speech_dir, "cpu", torch.float32)
+def speech_dir(speech_dirs: dict[str, Path]) -> Path:
+    return speech_dirs["tiny"]
+
+
+@pytest.fixture(scope="module")
+def decoders(speech_dirs: dict[str, Path]) -> dict[str, CodecDecoder]:
+    return {name: load_codec_decoder(folder, "cpu", torch.float32) for name, folder in speech_dirs.items()}
+
+
+@pytest.fixture(scope="module")
+def decoder(decoders: dict[str, CodecDecoder]) -> CodecDecoder:
+    return decoders["tiny"]
 
 
 @pytest.fixture(scope="module")
@@ -30,24 +104,41 @@ def codes() -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def official(
+def officials(
     oracle: Callable[..., str],
-    speech_dir: Path,
+    speech_dirs: dict[str, Path],
     codes: torch.Tensor,
     tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, object]:
+) -> dict[str, dict[str, object]]:
+    """Each shape's official decode of `codes`, in float32 and in float64 (one oracle run)."""
     work = tmp_path_factory.mktemp("codec_decode")
     np.savez(work / "codes.npz", codes=codes.numpy())
-    out = work / "out.npz"
-    oracle("codec_decode.py", str(speech_dir), str(work / "codes.npz"), str(out))
-    names = json.loads((work / "out.npz.json").read_text())
-    return {"audio": torch.from_numpy(np.load(out)["audio"]), "names": names}
+    args = [
+        a
+        for name, folder in speech_dirs.items()
+        for a in (str(folder), str(work / "codes.npz"), str(work / f"{name}.npz"))
+    ]
+    oracle("codec_decode.py", *args)
+    out = {}
+    for name in speech_dirs:
+        audio = np.load(work / f"{name}.npz")
+        out[name] = {
+            "audio": torch.from_numpy(audio["audio"]),
+            "audio64": torch.from_numpy(audio["audio64"]),
+            "names": json.loads((work / f"{name}.npz.json").read_text()),
+        }
+    return out
 
 
 @pytest.fixture(scope="module")
-def full(decoder: CodecDecoder, codes: torch.Tensor) -> torch.Tensor:
+def fulls(decoders: dict[str, CodecDecoder], codes: torch.Tensor) -> dict[str, torch.Tensor]:
     with torch.no_grad():
-        return decoder(codes)
+        return {name: decoder(codes) for name, decoder in decoders.items()}
+
+
+@pytest.fixture(scope="module")
+def full(fulls: dict[str, torch.Tensor]) -> torch.Tensor:
+    return fulls["tiny"]
 
 
 def test_config_sizes() -> None:
@@ -70,34 +161,72 @@ def test_random_init_is_seeded() -> None:
     )
 
 
-def test_state_dict_matches_official_names(decoder: CodecDecoder, official: dict[str, object]) -> None:
-    ours = {n: list(t.shape) for n, t in checkpoint_tensors(decoder).items()}
-    assert ours == official["names"]
+@pytest.mark.parametrize("shape", SHAPES)
+def test_state_dict_matches_official_names(
+    decoders: dict[str, CodecDecoder], officials: dict[str, dict[str, object]], shape: str
+) -> None:
+    ours = {n: list(t.shape) for n, t in checkpoint_tensors(decoders[shape]).items()}
+    assert ours == officials[shape]["names"]
 
 
-def test_full_decode_matches_official(full: torch.Tensor, official: dict[str, object]) -> None:
-    theirs = official["audio"]
-    assert isinstance(theirs, torch.Tensor)
-    assert full.shape == theirs.shape == (2, FRAMES * SAMPLES)
-    assert (full - theirs).abs().max().item() < 1e-4
+@pytest.mark.parametrize("shape", SHAPES)
+def test_float64_decode_equals_official(
+    speech_dirs: dict[str, Path], codes: torch.Tensor, officials: dict[str, dict[str, object]], shape: str
+) -> None:
+    """The same arithmetic as the official decoder, up to the order of its roundings: in float64
+    the two agree to 1e-14 (measured 4e-15), so what float32 leaves between them is rounding."""
+    decoder = load_codec_decoder(speech_dirs[shape], "cpu", torch.float64)
+    with torch.no_grad():
+        ours = decoder(codes)
+    theirs = officials[shape]["audio64"]
+    assert isinstance(theirs, torch.Tensor) and theirs.dtype == torch.float64
+    assert (ours - theirs).abs().max().item() < 1e-12
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+def test_full_decode_matches_official(
+    decoders: dict[str, CodecDecoder],
+    fulls: dict[str, torch.Tensor],
+    officials: dict[str, dict[str, object]],
+    shape: str,
+) -> None:
+    """In float32 each decoder is 1-3e-6 from the float64 decode on these shapes (rounding of the
+    same sums in other orders), so the two are within 2e-5 of each other."""
+    ours, theirs, exact = fulls[shape], officials[shape]["audio"], officials[shape]["audio64"]
+    assert isinstance(theirs, torch.Tensor) and isinstance(exact, torch.Tensor)
+    assert ours.shape == theirs.shape == (2, FRAMES * decoders[shape].cfg.samples_per_frame)
+    assert (ours - theirs).abs().max().item() < 2e-5
+    # Our float32 rounding is that of the official decoder, not more: each is within 1e-5 of float64.
+    assert (ours.double() - exact).abs().max().item() < 1e-5
+    assert (theirs.double() - exact).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("chunks", [[1] * FRAMES, [2] * 50, [7] * 14 + [2], [25] * 4, [3, 1, 30, 5, 61]])
 def test_incremental_equals_full(
-    decoder: CodecDecoder, codes: torch.Tensor, full: torch.Tensor, chunks: list[int]
+    decoders: dict[str, CodecDecoder],
+    codes: torch.Tensor,
+    fulls: dict[str, torch.Tensor],
+    shape: str,
+    chunks: list[int],
 ) -> None:
+    decoder, samples = decoders[shape], decoders[shape].cfg.samples_per_frame
     state = decoder.new_state(2, "cpu", torch.float32)
     out, start = [], 0
     with torch.no_grad():
         for n in chunks:
             piece = decoder.decode_step(codes[:, start : start + n], state)
-            assert piece.shape == (2, n * SAMPLES)
+            assert piece.shape == (2, n * samples)
             out.append(piece)
             start += n
-    assert (torch.cat(out, dim=1) - full).abs().max().item() < 1e-5
+    assert (torch.cat(out, dim=1) - fulls[shape]).abs().max().item() < 1e-5
 
 
-def test_audio_is_loud_and_causal(decoder: CodecDecoder, codes: torch.Tensor, full: torch.Tensor) -> None:
+@pytest.mark.parametrize("shape", SHAPES)
+def test_audio_is_loud_and_causal(
+    decoders: dict[str, CodecDecoder], codes: torch.Tensor, fulls: dict[str, torch.Tensor], shape: str
+) -> None:
+    decoder, full = decoders[shape], fulls[shape]
     rms = full.pow(2).mean(dim=1).sqrt()
     assert (rms > 0.1).all(), rms
     assert (full.abs() >= 1).float().mean() < 0.05  # mostly not clipped
@@ -105,7 +234,7 @@ def test_audio_is_loud_and_causal(decoder: CodecDecoder, codes: torch.Tensor, fu
     changed[:, 60] = (changed[:, 60] + 1) % 2048
     with torch.no_grad():
         other = decoder(changed)
-    cut = 60 * SAMPLES
+    cut = 60 * decoder.cfg.samples_per_frame
     assert torch.equal(other[:, :cut], full[:, :cut])
     assert (other[:, cut:] - full[:, cut:]).abs().mean() > 0.01
 
