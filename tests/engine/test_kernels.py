@@ -107,9 +107,11 @@ def test_a_cpu_engine_binds_its_kernels_to_the_model(tiny_checkpoints) -> None:
 def test_the_code_predictor_draws_as_its_kernels_say(
     tiny_checkpoints, monkeypatch: pytest.MonkeyPatch, fused: bool
 ) -> None:
-    """With `fused_draw`, each of the 15 draws is the Triton kernel (its interpreter here), else
-    `sampling.sample`; both give the same greedy codes."""
-    model = Qwen3TTS.load(tiny_checkpoints["custom_voice"])
+    """With `fused_draw`, each of the 15 draws is the Triton kernel (its interpreter without a GPU),
+    else `sampling.sample`; both give the same greedy codes."""
+    # Where there is a GPU, Triton compiles for it and takes no CPU tensors.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = Qwen3TTS.load(tiny_checkpoints["custom_voice"], device=device)
     model.use_kernels(Kernels(fused_draw=fused))
     predictor = model.talker.code_predictor
     calls: list[int] = []
@@ -117,12 +119,12 @@ def test_the_code_predictor_draws_as_its_kernels_say(
     monkeypatch.setattr(fused_draw, "draw", lambda *a, **k: calls.append(1) or kernel(*a, **k))
     monkeypatch.setattr(code_predictor, "sample", lambda *a, **k: calls.append(0) or sample(*a, **k))
     hidden = model.talker.cfg.decoder.hidden_size
-    x = torch.randn(2, hidden, generator=torch.Generator().manual_seed(3))
-    zeros = torch.zeros(2, dtype=torch.long)
+    x = torch.randn(2, hidden, generator=torch.Generator().manual_seed(3)).to(device)
+    zeros = torch.zeros(2, dtype=torch.long, device=device)
     with torch.inference_mode():
         codes = predictor.predict(
             x, x.flip(0), predictor.model.new_cache(2, predictor.cache_length),
-            RowSampling.uniform(SamplingParams(do_sample=False), 2), zeros, zeros, Draw.GREEDY,
+            RowSampling.uniform(SamplingParams(do_sample=False), 2, device), zeros, zeros, Draw.GREEDY,
         )  # fmt: skip
     groups = model.talker.cfg.predictor.num_code_groups
     assert calls == [int(fused)] * (groups - 1) and codes.shape == (2, groups - 1)
