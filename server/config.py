@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from voicewire.engine.config import settings_section
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every server process logs alike
 
 
@@ -45,15 +47,8 @@ class VoiceLimits:
 
     @classmethod
     def from_dict(cls, data: Any) -> VoiceLimits:
-        if not isinstance(data, dict):
-            raise ValueError("server setting voices must be a mapping")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown server.voices settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
-            )
-        return cls(**data)
+        limits: VoiceLimits = settings_section(cls, "server.voices", data)
+        return limits
 
 
 @dataclass(frozen=True)
