@@ -195,13 +195,13 @@ class EngineConfig:
         if "segments" in values:
             values["segments"] = SegmentPolicy(**values["segments"])
         if "vllm" in values:
-            values["vllm"] = settings_section(VllmSettings, "vllm", values["vllm"])
+            values["vllm"] = _section(VllmSettings, "vllm", values["vllm"])
         if "urgent_chunks" in values:
-            values["urgent_chunks"] = settings_section(UrgentChunks, "urgent_chunks", values["urgent_chunks"])
+            values["urgent_chunks"] = _section(UrgentChunks, "urgent_chunks", values["urgent_chunks"])
         if "prefill_wait" in values:
-            values["prefill_wait"] = settings_section(PrefillWait, "prefill_wait", values["prefill_wait"])
+            values["prefill_wait"] = _section(PrefillWait, "prefill_wait", values["prefill_wait"])
         if "speech_guard" in values:
-            values["speech_guard"] = settings_section(SpeechGuard, "speech_guard", values["speech_guard"])
+            values["speech_guard"] = _section(SpeechGuard, "speech_guard", values["speech_guard"])
         if "chunks" in values:
             chunks = dict(values["chunks"])
             if "frames" in chunks:
@@ -221,11 +221,9 @@ class EngineConfig:
         return cls.from_dict(data)
 
 
-def settings_section(cls: type, name: str, data: Any) -> Any:
-    """A dataclass of settings from its mapping in a profile, refusing names it does not have (the
-    server's sections too: one message for a misspelt setting wherever it is)."""
+def _section(cls: type, name: str, data: Any) -> Any:
     if not isinstance(data, dict):
-        raise InvalidOptions(f"{name} settings must be a mapping")
+        raise InvalidOptions(f"engine setting {name!r} must be a mapping")
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:

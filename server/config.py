@@ -9,8 +9,6 @@ from typing import Any
 
 import yaml
 
-from voicewire.engine.config import settings_section
-
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every server process logs alike
 
 
@@ -47,8 +45,18 @@ class VoiceLimits:
 
     @classmethod
     def from_dict(cls, data: Any) -> VoiceLimits:
-        limits: VoiceLimits = settings_section(cls, "server.voices", data)
-        return limits
+        # Not engine.config's section reader: importing the engine package here (the CLI imports
+        # this module first) would import prometheus-client before `serve` names its multiprocess
+        # folder, and a one-process server's own metrics would leave /metrics (server.metrics_dir).
+        if not isinstance(data, dict):
+            raise ValueError("server setting voices must be a mapping")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown server.voices settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
+            )
+        return cls(**data)
 
 
 @dataclass(frozen=True)

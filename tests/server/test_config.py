@@ -46,7 +46,7 @@ def test_voice_limits_from_the_profile(tmp_path: Path) -> None:
         ({"voices": {"max_seconds": 0}}, "voices.max_seconds must be a number > 0"),
         ({"voices": {"max_upload_bytes": "big"}}, "voices.max_upload_bytes must be a number > 0"),
         ({"voices": {"min_seconds": 5, "max_seconds": 2}}, "min_seconds is over voices.max_seconds"),
-        ({"voices": [1]}, "server.voices settings must be a mapping"),
+        ({"voices": [1]}, "voices must be a mapping"),
         ({"voice_dir": "x"}, "unknown server settings: voice_dir"),
     ]
     for server, message in refused:
