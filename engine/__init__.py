@@ -2,7 +2,6 @@
 
 from voicewire.engine.api import EngineClient
 from voicewire.engine.config import ChunkSchedule, EngineConfig, StreamOptions
-from voicewire.engine.engine import Engine
 from voicewire.engine.errors import (
     EngineError,
     EngineFull,
@@ -12,11 +11,12 @@ from voicewire.engine.errors import (
     StreamClosed,
     StreamFailed,
 )
-from voicewire.engine.handle import StreamHandle
-from voicewire.engine.prompt import Voice
-from voicewire.engine.sampling import SamplingParams
-from voicewire.engine.segments import SegmentPolicy
-from voicewire.engine.stream import AudioChunk, StreamResult
+from voicewire.engine.model.prompt import Voice
+from voicewire.engine.model.sampling import SamplingParams
+from voicewire.engine.runtime.engine import Engine
+from voicewire.engine.runtime.handle import StreamHandle
+from voicewire.engine.runtime.segments import SegmentPolicy
+from voicewire.engine.runtime.stream import AudioChunk, StreamResult
 
 __all__ = [
     "AudioChunk",

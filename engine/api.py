@@ -1,7 +1,7 @@
 """The engine contract: what a server, a benchmark or your own program holds, whatever runs the
-engine. `Engine` (engine/engine.py, the engine in this process) and `EngineProcess`
-(engine/engine_process.py, the engine in a process of its own) both satisfy `EngineClient`, and both
-hand out `StreamHandle`s (engine/handle.py). tests/engine/test_contract.py runs one suite on both.
+engine. `Engine` (engine/runtime/engine.py, the engine in this process) and `EngineProcess`
+(engine/runtime/engine_process.py, the engine in a process of its own) both satisfy `EngineClient`, and both
+hand out `StreamHandle`s (engine/runtime/handle.py). tests/engine/test_contract.py runs one suite on both.
 
 Nothing here blocks an event loop: resolving a voice is awaited, and a stream's requests are
 handed over without waiting on the engine.
@@ -13,13 +13,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from voicewire.engine.config import EngineConfig, StreamOptions
-from voicewire.engine.handle import StreamHandle
-from voicewire.engine.prompt import Voice
+from voicewire.engine.model.prompt import Voice
+from voicewire.engine.runtime.handle import StreamHandle
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from voicewire.engine.engine import EngineInfo
+    from voicewire.engine.runtime.engine import EngineInfo
 
 
 class EngineClient(Protocol):

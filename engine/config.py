@@ -10,9 +10,9 @@ from typing import Any
 import yaml
 
 from voicewire.engine.errors import InvalidOptions
-from voicewire.engine.prompt import LAYOUTS
-from voicewire.engine.sampling import SamplingParams
-from voicewire.engine.segments import Segment, SegmentPolicy
+from voicewire.engine.model.prompt import LAYOUTS
+from voicewire.engine.model.sampling import SamplingParams
+from voicewire.engine.runtime.segments import Segment, SegmentPolicy
 
 FRAME_RATE = 12.5  # codec frames a second: 1920 samples at 24 kHz
 
@@ -151,7 +151,7 @@ class EngineConfig:
     backend: str = "torch"  # who runs the talker: "torch" (in process) or "vllm"
     device: str = "cpu"
     dtype: str = "float32"
-    cpu_threads: int = 1  # on CPU, the threads torch splits each op over (engine/cpu_threads.py)
+    cpu_threads: int = 1  # on CPU, the threads torch splits each op over (engine/runtime/cpu_threads.py)
     max_streams: int = 8  # stream slots: KV caches and decoder states are allocated for this many
     kv_length: int = 1024  # talker KV positions per slot: voice prefix + one segment's frames
     lookahead_tokens: int = 3  # text tokens a segment waits for before its first frame

@@ -7,10 +7,10 @@ figure a CUDA graph of the work replayed (CUDA only; docs/log/2026-11.md, "The f
              dependent launch, engine.pdl) and unfused, and how far apart their outputs are
   attention  `attend` against q/k norm + RoPE + KV write + few-row attention, per call
   gemv       the GEMV's blocks swept per projection and row count, against cuBLAS
-  draw       engine/fused_draw.py's draw + embedding row against `sampling.sample` + an embedding
+  draw       engine/kernels/fused_draw.py's draw + embedding row against `sampling.sample` + an embedding
              lookup, per batch, for the code predictor's 15 draws of a frame (checkpoint sampling
              settings: top-k 50, temperature 0.9), and whether they drew the same ids
-  snake      engine/fused_snake.py's activation against inductor's compiled `pointwise.snake_beta`
+  snake      engine/kernels/fused_snake.py's activation against inductor's compiled `pointwise.snake_beta`
              (as fused kernels ran it before) and with the precise sine, for each of the 29
              activations of a codec decoder pass at 1, 64 and 128 rows x 8 frames: ms, GB/s and
              the largest difference from float32 math
@@ -32,9 +32,11 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from voicewire.engine import codec_decoder, fused_draw, fused_layer, fused_snake, pdl, pointwise, tiny
-from voicewire.engine.kernels import Kernels, pdl_supported
-from voicewire.engine.layers import (
+from voicewire.engine.kernels import fused_draw, fused_layer, fused_snake, pdl, pointwise
+from voicewire.engine.kernels.choice import Kernels, pdl_supported
+from voicewire.engine.model import codec_decoder
+from voicewire.engine.model import random_checkpoint as tiny
+from voicewire.engine.model.layers import (
     DecoderConfig,
     DecoderStack,
     KVCache,
@@ -43,7 +45,7 @@ from voicewire.engine.layers import (
     rope_tables,
     scaled_init_,
 )
-from voicewire.engine.sampling import Draw, RowSampling, SamplingParams, sample
+from voicewire.engine.model.sampling import Draw, RowSampling, SamplingParams, sample
 
 DEVICE = torch.device("cuda")
 DTYPE = torch.bfloat16

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from voicewire.engine.cuda_graphs import put_bytes
-from voicewire.engine.decode_stage import join_samples
+from voicewire.engine.kernels.cuda_graphs import put_bytes
+from voicewire.engine.runtime.decode_stage import join_samples
 from voicewire.server.encoder import AudioEncoder, OutputFormat
 
 SAMPLES = 8 * 1920  # one 8-frame chunk at 24 kHz

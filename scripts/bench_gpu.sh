@@ -17,7 +17,7 @@ levels=${2:?levels, e.g. 1,8,64,256}
 out=${3:?output prefix}
 py=${PYTHON:-python3}
 port=${PORT:-8000}
-model=$("$py" -c "from voicewire.engine.tiny import random_checkpoint; print(random_checkpoint('custom_voice', '$size'))")
+model=$("$py" -c "from voicewire.engine.model.random_checkpoint import random_checkpoint; print(random_checkpoint('custom_voice', '$size'))")
 "$py" -m voicewire.server.cli serve --config "${CONFIG:-configs/gpu.yaml}" --model "$model" --port "$port" \
   ${WORKERS:+--workers "$WORKERS"} >"$out.serve.log" 2>&1 &
 server=$!

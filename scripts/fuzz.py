@@ -30,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from voicewire.engine.metrics import read_process_rss
+from voicewire.engine.runtime.metrics import read_process_rss
 from voicewire.server import protocol as p
 from voicewire.server.errors import CODES
 from voicewire.server.wire import JSON, MSGPACK

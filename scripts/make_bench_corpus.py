@@ -1,5 +1,5 @@
-"""Writes engine/bench_corpus.py: the English word counts the real-size random checkpoints'
-tokenizer is trained on (engine/bench_tokenizer.py).
+"""Writes bench/corpus.py: the English word counts the real-size random checkpoints'
+tokenizer is trained on (bench/tokenizer.py).
 
 The counts come from English text any machine with Python has, counted once and committed, so the
 tokenizer (and the checkpoints made with it) is the same on every machine, whatever its Python or
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tokenizers import Regex, pre_tokenizers
 
-from voicewire.engine.text_tokenizer import QWEN2_REGEX
+from voicewire.engine.model.text_tokenizer import QWEN2_REGEX
 
 KEEP = 4000  # pieces: enough for the everyday words of prose; the hand-written lists add the rest
 OUT = Path(__file__).resolve().parent.parent / "engine" / "bench_corpus.py"
@@ -70,7 +70,7 @@ def main() -> None:
         return "\n".join(textwrap.wrap(text, 100, break_long_words=False, break_on_hyphens=False))
 
     OUT.write_text(
-        '"""English word counts for engine/bench_tokenizer.py, written by scripts/make_bench_corpus.py\n'
+        '"""English word counts for bench/tokenizer.py, written by scripts/make_bench_corpus.py\n'
         f"(Python {platform.python_version()}); regenerate rather than edit.\n\n"
         "Each holds pairs `word count`: SPACED for the word after a space (' word'), BARE for it alone.\n"
         '"""\n\n'

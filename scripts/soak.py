@@ -30,7 +30,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from voicewire.client import http_url
-from voicewire.engine.metrics import read_process_rss
+from voicewire.engine.runtime.metrics import read_process_rss
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven bright stars hum softly tonight".split()
 

@@ -8,10 +8,10 @@ cd "$(dirname "$0")/.."
 venv=${1:-.venv}
 tree=.cache/typecheck
 mkdir -p "$tree/voicewire"
-for part in engine server client integrations; do ln -sfn "$PWD/$part" "$tree/voicewire/$part"; done
+for part in engine server client integrations bench; do ln -sfn "$PWD/$part" "$tree/voicewire/$part"; done
 MYPYPATH="$tree" "$venv/bin/mypy" --config-file pyproject.toml \
   -p voicewire.server -p voicewire.client -p voicewire.integrations \
-  -m voicewire.engine -m voicewire.engine.api -m voicewire.engine.handle -m voicewire.engine.voices \
-  -m voicewire.engine.backend -m voicewire.engine.engine -m voicewire.engine.engine_process \
-  -m voicewire.engine.stream -m voicewire.engine.scheduler -m voicewire.engine.vllm.scheduler \
-  -m voicewire.engine.live_streams -m voicewire.engine.kernels -m voicewire.engine.pdl
+  -m voicewire.engine -m voicewire.engine.api -m voicewire.engine.runtime.handle -m voicewire.engine.runtime.voices \
+  -m voicewire.engine.runtime.backend -m voicewire.engine.runtime.engine -m voicewire.engine.runtime.engine_process \
+  -m voicewire.engine.runtime.stream -m voicewire.engine.runtime.scheduler -m voicewire.engine.vllm.scheduler \
+  -m voicewire.engine.runtime.live_streams -m voicewire.engine.kernels.choice -m voicewire.engine.kernels.pdl

@@ -26,9 +26,10 @@ def _synth(args: argparse.Namespace) -> int:
     import soundfile as sf
 
     from voicewire.engine.config import EngineConfig
-    from voicewire.engine.cpu_threads import use_cpu_threads
-    from voicewire.engine.kernels import Kernels
-    from voicewire.engine.model import Qwen3TTS, SynthesisRequest
+    from voicewire.engine.kernels.choice import Kernels
+    from voicewire.engine.model.qwen3_tts import Qwen3TTS
+    from voicewire.engine.runtime.cpu_threads import use_cpu_threads
+    from voicewire.engine.runtime.synthesis import SynthesisRequest, synthesize
 
     model = Qwen3TTS.load(args.model, device=args.device, dtype=args.dtype)
     use_cpu_threads(model.device, EngineConfig.cpu_threads)
@@ -54,7 +55,7 @@ def _synth(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_frames=args.max_frames,
     )
-    result = model.synthesize(request)
+    result = synthesize(model, request)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     sf.write(args.out, result.audio, result.sample_rate, subtype="PCM_16")
     if args.codes_out is not None:
@@ -69,7 +70,7 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _make_checkpoint(args: argparse.Namespace) -> int:
-    from voicewire.engine.tiny import make_checkpoint
+    from voicewire.engine.model.random_checkpoint import make_checkpoint
 
     make_checkpoint(args.dir, args.variant, args.size, seed=args.seed)
     log.info("wrote %s checkpoint (%s) to %s", args.variant, args.size, args.dir)
@@ -142,7 +143,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from voicewire.engine import EngineConfig
-    from voicewire.engine.engine_process import EngineProcess, RestartPolicy
+    from voicewire.engine.runtime.engine_process import EngineProcess, RestartPolicy
     from voicewire.server.config import ServerConfig, uvicorn_options
     from voicewire.server.worker import (
         WORKER_APP,
@@ -327,7 +328,7 @@ def _first_speaker(args: argparse.Namespace) -> str | None:
 
 def _chunk_schedule(text: str) -> tuple[int, ...]:
     """`--chunks`: comma-separated frame counts, checked before any server starts."""
-    from voicewire.server.bench import check_chunks
+    from voicewire.bench.service import check_chunks
 
     try:
         chunks = tuple(int(n) for n in text.split(","))
@@ -341,7 +342,7 @@ def _bench(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from voicewire.server.bench import (
+    from voicewire.bench.service import (
         Load,
         bench_level,
         check_cancel_every,
@@ -361,7 +362,7 @@ def _bench(args: argparse.Namespace) -> int:
         import torch
 
         from voicewire.engine import Engine
-        from voicewire.engine.gc_pauses import freeze_startup_heap
+        from voicewire.engine.runtime.gc_pauses import freeze_startup_heap
         from voicewire.server.app import BackgroundServer, create_app
         from voicewire.server.config import ServerConfig
 
@@ -425,10 +426,10 @@ def _bench_engine(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from voicewire.engine.bench import BenchSettings, parse_arms, run_arms, run_bench, torch_trace
-    from voicewire.engine.engine import Engine
-    from voicewire.engine.gc_pauses import freeze_startup_heap
-    from voicewire.engine.model import Qwen3TTS
+    from voicewire.bench.engine import BenchSettings, parse_arms, run_arms, run_bench, torch_trace
+    from voicewire.engine.model.qwen3_tts import Qwen3TTS
+    from voicewire.engine.runtime.engine import Engine
+    from voicewire.engine.runtime.gc_pauses import freeze_startup_heap
 
     config = _bench_config(args, max(args.streams, 1), args.variant)
     if args.arm:
@@ -469,8 +470,8 @@ def _bench_engine(args: argparse.Namespace) -> int:
 def _bench_parts(args: argparse.Namespace) -> int:
     import json
 
-    from voicewire.engine.bench_parts import PartsSettings, bench_parts
-    from voicewire.engine.model import Qwen3TTS
+    from voicewire.bench.parts import PartsSettings, bench_parts
+    from voicewire.engine.model.qwen3_tts import Qwen3TTS
 
     def numbers(text: str) -> tuple[int, ...]:
         return tuple(int(n) for n in text.split(","))
@@ -514,7 +515,7 @@ def _add_bench_args(parser: argparse.ArgumentParser) -> None:
 def _bench_config(args: argparse.Namespace, max_streams: int, variant: str = "custom_voice"):
     """The engine config for a benchmark: its profile and flags, and a random checkpoint by default."""
     from voicewire.engine import EngineConfig
-    from voicewire.engine.tiny import random_checkpoint
+    from voicewire.engine.model.random_checkpoint import random_checkpoint
 
     overrides = {"device": args.device, "dtype": args.dtype, "max_streams": max_streams}
     overrides["model"] = args.model or str(random_checkpoint(variant, args.size))
@@ -730,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
             # Its processes share one metrics folder, set before anything (voicewire.engine
             # included) imports prometheus-client: see server.metrics_dir.
             stack.enter_context(multiprocess_dir())
-        from voicewire.engine.checkpoint import CheckpointError
+        from voicewire.engine.model.checkpoint import CheckpointError
 
         try:
             return args.func(args)

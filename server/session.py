@@ -25,10 +25,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voicewire.engine import EngineError
 from voicewire.engine.api import EngineClient
 from voicewire.engine.errors import StreamClosed
-from voicewire.engine.handle import StreamHandle, check_text
-from voicewire.engine.playback import SimulatedPlayer
-from voicewire.engine.stream import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk
-from voicewire.engine.text_tokenizer import TextTokenizer, cached_tokenizer
+from voicewire.engine.model.text_tokenizer import TextTokenizer, cached_tokenizer
+from voicewire.engine.runtime.handle import StreamHandle, check_text
+from voicewire.engine.runtime.playback import SimulatedPlayer
+from voicewire.engine.runtime.stream import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk
 from voicewire.server import protocol as p
 from voicewire.server.admission import Admission
 from voicewire.server.auth import ANONYMOUS_CALLER, Caller

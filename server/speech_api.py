@@ -36,9 +36,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from voicewire.engine import EngineError, EngineFull, Voice
 from voicewire.engine.api import EngineClient
-from voicewire.engine.handle import StreamHandle
-from voicewire.engine.stream import SAMPLE_RATE, AudioChunk
-from voicewire.engine.text_tokenizer import cached_tokenizer
+from voicewire.engine.model.text_tokenizer import cached_tokenizer
+from voicewire.engine.runtime.handle import StreamHandle
+from voicewire.engine.runtime.stream import SAMPLE_RATE, AudioChunk
 from voicewire.server import protocol as p
 from voicewire.server.admission import Admission
 from voicewire.server.auth import Caller

@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse, Response
 
 from voicewire.engine import EngineError, Voice
 from voicewire.engine.api import EngineClient
-from voicewire.engine.stream import SAMPLE_RATE
+from voicewire.engine.runtime.stream import SAMPLE_RATE
 from voicewire.server.auth import Caller
 from voicewire.server.config import VoiceLimits
 from voicewire.server.http_errors import HttpError

@@ -22,9 +22,9 @@ import time
 
 from starlette.applications import Starlette
 
-from voicewire.engine.engine_process import EngineProcess
-from voicewire.engine.gc_pauses import freeze_startup_heap
-from voicewire.engine.metrics import ProcessUsage
+from voicewire.engine.runtime.engine_process import EngineProcess
+from voicewire.engine.runtime.gc_pauses import freeze_startup_heap
+from voicewire.engine.runtime.metrics import ProcessUsage
 from voicewire.server.app import create_app
 from voicewire.server.config import LOG_FORMAT, ServerConfig
 

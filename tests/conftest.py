@@ -3,7 +3,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-# Without a GPU, Triton kernels (engine/fused_layer.py) run in Triton's interpreter, on CPU
+# Without a GPU, Triton kernels (engine/kernels/fused_layer.py) run in Triton's interpreter, on CPU
 # tensors. Triton reads this when it is imported, and importing torch imports it.
 if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -13,7 +13,7 @@ import torch
 
 from tests.oracle_env import run_oracle
 
-# One thread per op, as the engine runs on CPU (engine/cpu_threads.py): two OpenMP threads on this
+# One thread per op, as the engine runs on CPU (engine/runtime/cpu_threads.py): two OpenMP threads on this
 # 2-core machine stall at every op's barrier whenever a server or browser subprocess is busy.
 torch.set_num_threads(1)
 
@@ -32,7 +32,7 @@ class TinyCheckpoints:
         self._made: dict[str, Path] = {}
 
     def __getitem__(self, variant: str) -> Path:
-        from voicewire.engine.tiny import make_checkpoint
+        from voicewire.engine.model.random_checkpoint import make_checkpoint
 
         if variant not in self._made:
             self._made[variant] = make_checkpoint(self._root / variant, variant, "tiny", seed=1234)
@@ -52,7 +52,7 @@ class TinyModels(dict):
         self._checkpoints = checkpoints
 
     def __missing__(self, variant: str):
-        from voicewire.engine.model import Qwen3TTS
+        from voicewire.engine.model.qwen3_tts import Qwen3TTS
 
         self[variant] = Qwen3TTS.load(self._checkpoints[variant])
         return self[variant]

@@ -94,7 +94,7 @@ def _snake_launches() -> list[tuple]:
     """The codec decoder's activation (no PDL: it follows cuDNN's convs): bfloat16 with the fast
     sine and float32 with the precise one, each after a context and with a pending bias, in the
     large and the small tile."""
-    from voicewire.engine import fused_snake
+    from voicewire.engine.kernels import fused_snake
 
     found = []
     for dtype in (torch.bfloat16, torch.float32):
@@ -108,8 +108,8 @@ def _snake_launches() -> list[tuple]:
 
 
 def _launches(pdl: bool) -> list[tuple]:
-    from voicewire.engine import fused_draw, fused_layer
-    from voicewire.engine.sampling import RowSampling, SamplingParams
+    from voicewire.engine.kernels import fused_draw, fused_layer
+    from voicewire.engine.model.sampling import RowSampling, SamplingParams
 
     found, b = [], 2
     for dtype, vocab, hidden in (

@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from voicewire.engine.tiny import cache_root
+from voicewire.engine.model.random_checkpoint import cache_root
 
 REPO = Path(__file__).resolve().parent.parent
 # Tests never reach a hub; tokenizers' thread pool only adds noise to two cores.

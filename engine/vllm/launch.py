@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from voicewire.engine import checkpoint
 from voicewire.engine.config import EngineConfig
-from voicewire.engine.layers import DecoderConfig
-from voicewire.engine.tiny import cache_root
+from voicewire.engine.model import checkpoint
+from voicewire.engine.model.layers import DecoderConfig
+from voicewire.engine.model.random_checkpoint import cache_root
 from voicewire.engine.vllm import ARCHITECTURE
 
 CPU_BLOCK_SIZE = 32  # vLLM's CPU attention needs a multiple of 32

@@ -40,14 +40,15 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.output_processor import RequestOutputCollector
 
-from voicewire.engine.backend import FrameSink, ModelParts
 from voicewire.engine.config import EngineConfig
 from voicewire.engine.errors import EngineError, StreamFailed
-from voicewire.engine.frame_step import MIN_FRAMES, GenerationOptions
-from voicewire.engine.live_streams import LiveStream, LiveStreams
-from voicewire.engine.prompt import segment_can_start, segment_rows
-from voicewire.engine.segments import Segment, TrackEntry
-from voicewire.engine.stream import Stream
+from voicewire.engine.model.prompt import segment_can_start, segment_rows
+from voicewire.engine.model.qwen3_tts import ModelParts
+from voicewire.engine.runtime.backend import FrameSink
+from voicewire.engine.runtime.frame_step import MIN_FRAMES, GenerationOptions
+from voicewire.engine.runtime.live_streams import LiveStream, LiveStreams
+from voicewire.engine.runtime.segments import Segment, TrackEntry
+from voicewire.engine.runtime.stream import Stream
 from voicewire.engine.vllm import launch, register
 from voicewire.engine.vllm.sequence import EOS, FRAME, SequenceSpec, TrackChunk
 

@@ -21,10 +21,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from voicewire.engine.frame_step import MIN_FRAMES, GenerationOptions, banned_ids, choose_code0
-from voicewire.engine.prompt import Rows, embed_rows
-from voicewire.engine.sampling import Draw, RowSampling, SamplingParams
-from voicewire.engine.talker import Talker
+from voicewire.engine.model.prompt import Rows, embed_rows
+from voicewire.engine.model.sampling import Draw, RowSampling, SamplingParams
+from voicewire.engine.model.talker import Talker
+from voicewire.engine.runtime.frame_step import MIN_FRAMES, GenerationOptions, banned_ids, choose_code0
 
 EXTRA_KEY = "voicewire"
 # What one sampled position returns (the pooler output): [frame index, kind, 16 codes].

@@ -18,8 +18,8 @@ from vllm.config import VllmConfig
 from vllm.model_executor.models.qwen3 import Qwen3Model
 from vllm.model_executor.models.utils import maybe_prefix
 
-from voicewire.engine import checkpoint
-from voicewire.engine.talker import Talker, TalkerConfig
+from voicewire.engine.model import checkpoint
+from voicewire.engine.model.talker import Talker, TalkerConfig
 
 
 class VllmTalker(nn.Module):

@@ -9,7 +9,7 @@ import soundfile as sf
 
 from tests.server.conftest import running_server
 from voicewire.client import Client, ServerError
-from voicewire.engine.model import SynthesisRequest
+from voicewire.engine.runtime.synthesis import SynthesisRequest, synthesize
 from voicewire.server.cli import main
 from voicewire.server.config import ServerConfig
 
@@ -26,8 +26,9 @@ def server(tiny_models):
 def test_contexts_decode_to_the_engine_audio(server, tiny_models) -> None:
     model = tiny_models["custom_voice"]
     expected = {
-        speaker: model.synthesize(
-            SynthesisRequest(text=TEXT, speaker=speaker, layout="dual_track", greedy=True, max_frames=FRAMES)
+        speaker: synthesize(
+            model,
+            SynthesisRequest(text=TEXT, speaker=speaker, layout="dual_track", greedy=True, max_frames=FRAMES),
         ).audio
         for speaker in ("vivian",)
     }["vivian"]

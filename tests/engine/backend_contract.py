@@ -1,6 +1,6 @@
-"""The talker-backend contract's checks (engine/backend.py), one suite for both backends: each check
+"""The talker-backend contract's checks (engine/runtime/backend.py), one suite for both backends: each check
 drives a running backend through `submit`, its streams and its counts, with a sink that records
-what the backend hands on. tests/engine/test_backend_contract.py runs them on the torch backend in
+what the backend hands on. tests/engine/runtime/test_backend_contract.py runs them on the torch backend in
 this process and, through tests/vllm/backend_contract.py, on the vllm backend under vLLM's CPU build.
 
 Every check starts and ends with no stream held, so one backend serves them all (vLLM takes a
@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import Tensor
 
-from voicewire.engine.backend import TalkerBackend
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
-from voicewire.engine.frame_step import GenerationOptions
-from voicewire.engine.model import Qwen3TTS
-from voicewire.engine.prompt import Voice
-from voicewire.engine.segments import SegmentPolicy, TrackEntry
-from voicewire.engine.stream import Stream
+from voicewire.engine.model.prompt import Voice
+from voicewire.engine.model.qwen3_tts import Qwen3TTS
+from voicewire.engine.runtime.backend import TalkerBackend
+from voicewire.engine.runtime.frame_step import GenerationOptions
+from voicewire.engine.runtime.segments import SegmentPolicy, TrackEntry
+from voicewire.engine.runtime.stream import Stream
 
 MAX_STREAMS = 3
 KV_LENGTH = 128

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voicewire.engine.stream import AudioChunk, Stream
+from voicewire.engine.runtime.stream import AudioChunk, Stream
 
 
 @dataclass

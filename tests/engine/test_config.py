@@ -4,7 +4,7 @@ import pytest
 
 from voicewire.engine.config import ChunkSchedule, EngineConfig, PrefillWait, SpeechGuard, UrgentChunks
 from voicewire.engine.errors import InvalidOptions
-from voicewire.engine.segments import Segment, SegmentPolicy
+from voicewire.engine.runtime.segments import Segment, SegmentPolicy
 
 CONFIGS = Path(__file__).parents[2] / "configs"
 

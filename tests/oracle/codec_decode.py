@@ -1,4 +1,4 @@
-"""Official codec decode, for tests/engine/test_codec_decoder.py.
+"""Official codec decode, for tests/engine/model/test_codec_decoder.py.
 
 usage: codec_decode.py SPEECH_TOKENIZER_DIR CODES_NPZ OUT_NPZ [SPEECH_TOKENIZER_DIR CODES_NPZ OUT_NPZ ...]
 Each CODES_NPZ holds `codes` [B, T, 16] int64. Its OUT_NPZ gets `audio` [B, T * samples per frame]

@@ -1,4 +1,4 @@
-"""Official speech-tokenizer encode, for tests/engine/test_codec_encoder.py.
+"""Official speech-tokenizer encode, for tests/engine/model/test_codec_encoder.py.
 
 usage: codec_encode.py SPEECH_TOKENIZER_DIR WAVS_NPZ OUT_NPZ [RELEASED_ENCODER_CONFIG_JSON]
 WAVS_NPZ holds 1-D float32 waveforms at 24 kHz (any names, any lengths). OUT_NPZ gets, per name,

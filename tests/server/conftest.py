@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from voicewire.engine import Engine, EngineConfig
-from voicewire.engine.engine_process import EngineProcess
+from voicewire.engine.runtime.engine_process import EngineProcess
 from voicewire.server.app import BackgroundServer, create_app
 from voicewire.server.config import ServerConfig
 

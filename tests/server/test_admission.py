@@ -1,6 +1,6 @@
 """Waiting for an engine slot (server/admission.py): first come first served, bounded, timed out
 with engine_full, left when cancelled; on the socket and over HTTP. A waiter in one server process
-woken by a slot freed in another: tests/engine/test_engine_process.py."""
+woken by a slot freed in another: tests/engine/runtime/test_engine_process.py."""
 
 import asyncio
 import time
@@ -14,7 +14,7 @@ from tests.server.wsclient import WireClient
 from voicewire.engine import Engine, EngineConfig, StreamOptions
 from voicewire.engine.api import EngineClient
 from voicewire.engine.errors import EngineFull
-from voicewire.engine.handle import StreamHandle
+from voicewire.engine.runtime.handle import StreamHandle
 from voicewire.server.admission import Admission
 from voicewire.server.config import ServerConfig
 from voicewire.server.metrics import Metrics

@@ -15,7 +15,7 @@ from openai import OpenAI
 from tests.server.conftest import RunningServer, serving
 from voicewire.engine import Engine, EngineConfig
 from voicewire.engine.config import SpeechGuard
-from voicewire.engine.text_tokenizer import TextTokenizer
+from voicewire.engine.model.text_tokenizer import TextTokenizer
 from voicewire.server.config import ServerConfig
 
 TEXT = "Hello there."

@@ -14,8 +14,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from tests.server.conftest import RunningServer, process_server, running_server, vllm_server
 from tests.server.wsclient import JSON, MSGPACK, WireClient
 from voicewire.engine import Engine
-from voicewire.engine.engine_process import EngineProcess
-from voicewire.engine.model import Qwen3TTS, SynthesisRequest
+from voicewire.engine.model.qwen3_tts import Qwen3TTS
+from voicewire.engine.runtime.engine_process import EngineProcess
+from voicewire.engine.runtime.synthesis import SynthesisRequest, synthesize
 from voicewire.server.config import ServerConfig
 from voicewire.server.encoder import mulaw_decode
 
@@ -68,7 +69,7 @@ def reference(server: RunningServer, tiny_models) -> np.ndarray:
         if isinstance(server.engine, Engine | EngineProcess)
         else Qwen3TTS.load("tiny")
     )
-    return model.synthesize(request).audio
+    return synthesize(model, request).audio
 
 
 @pytest.mark.parametrize("subprotocol", [MSGPACK, JSON])

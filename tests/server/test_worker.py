@@ -21,8 +21,8 @@ import yaml
 from tests.server.conftest import _descendants
 from tests.server.wsclient import WireClient
 from voicewire.engine import EngineConfig
-from voicewire.engine.engine_process import EngineProcess
-from voicewire.engine.metrics import read_process_cpu
+from voicewire.engine.runtime.engine_process import EngineProcess
+from voicewire.engine.runtime.metrics import read_process_cpu
 from voicewire.server import worker
 from voicewire.server.app import BackgroundServer
 from voicewire.server.config import ServerConfig

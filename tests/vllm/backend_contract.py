@@ -15,8 +15,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.engine.backend_contract import CHECKS, Kit, Recorder, config, running
-from voicewire.engine.model import Qwen3TTS
-from voicewire.engine.tiny import random_checkpoint
+from voicewire.engine.model.qwen3_tts import Qwen3TTS
+from voicewire.engine.model.random_checkpoint import random_checkpoint
 from voicewire.engine.vllm.scheduler import VllmScheduler
 
 

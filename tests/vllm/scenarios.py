@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from voicewire.engine import Engine, EngineConfig, EngineError, StreamClosed, StreamOptions
-from voicewire.engine.tiny import random_checkpoint
+from voicewire.engine.model.random_checkpoint import random_checkpoint
 
 TEXT = "Hello there, how are you today? I hope the weather is fine where you are."
 GUARDED = "Hello there."

@@ -13,7 +13,8 @@ import soundfile as sf
 import soxr
 
 from tests.server.conftest import running_server
-from voicewire.engine.model import Qwen3TTS, SynthesisRequest
+from voicewire.engine.model.qwen3_tts import Qwen3TTS
+from voicewire.engine.runtime.synthesis import SynthesisRequest, synthesize
 from voicewire.server.config import ServerConfig
 
 HERE = Path(__file__).parent
@@ -77,7 +78,7 @@ def test_rendered_audio_is_the_servers_audio(server) -> None:
     request = SynthesisRequest(
         text=text, speaker=seen["voice"], language="auto", layout="dual_track", greedy=True, max_frames=24
     )
-    source = soxr.resample(server.engine.model.synthesize(request).audio, 24000, 48000)
+    source = soxr.resample(synthesize(server.engine.model, request).audio, 24000, 48000)
     lags = range(-960, 961, 8)
     best = max(lags, key=lambda lag: np.dot(np.roll(rendered, lag), source))
     aligned = np.roll(rendered, best)

@@ -1,0 +1,241 @@
+"""`voicewire bench-engine`: N concurrent streams through the in-process engine, with text arriving
+at an LLM-like rate or all at once and forced frame counts; reports latency and throughput as JSON,
+and what the engine did meanwhile (`metrics.histogram_report`, as `voicewire bench` gives it)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import resource
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine.errors import StreamClosed
+from voicewire.engine.runtime.engine import LIVE_SETTINGS, Engine
+from voicewire.engine.runtime.handle import StreamHandle
+from voicewire.engine.runtime.metrics import histogram_report
+from voicewire.engine.runtime.stream import SAMPLE_RATE
+
+BENCH_TEXT = (
+    "Thanks for calling. I found your order, and it shipped this morning. It should arrive on "
+    "Thursday between nine and noon. Is there anything else I can help you with today? "
+)
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    streams: int = 4
+    frames: int = 50  # forced frames per stream (EOS suppressed)
+    text_rate: float = 20.0  # text tokens per second per stream; 0 pushes all text at once
+    speaker: str | None = None
+    seed: int = 0
+    # Sessions each stream runs back to back: with K > 1 the engine keeps N streams open at all
+    # times and admits new ones while others step, as a service under steady traffic does.
+    sessions_per_stream: int = 1
+    # Stream i opens its first session i/N of this many seconds after the start. Streams that
+    # start together step together and start their next sessions in the same rounds; a service's
+    # arrive spread out, which is what prefill rounds and decoder passes meet there.
+    stagger_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.streams < 1 or self.frames < 1 or self.sessions_per_stream < 1:
+            raise ValueError("streams, frames and sessions_per_stream must be at least 1")
+        if self.stagger_s < 0:
+            raise ValueError(f"stagger_s must be 0 or more, not {self.stagger_s}")
+
+
+@dataclass
+class _StreamTiming:
+    first_chunk_s: float
+    done_s: float
+    audio_s: float
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    array = np.asarray(values, dtype=np.float64)
+    return {
+        "p50": round(float(np.percentile(array, 50)), 3),
+        "p95": round(float(np.percentile(array, 95)), 3),
+        "max": round(float(array.max()), 3),
+    }
+
+
+@contextlib.contextmanager
+def torch_trace(path: Path) -> Iterator[None]:
+    """Profile what runs inside (all threads; CUDA kernels too when CUDA is there) and write the
+    Chrome trace to `path`."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True, enable_cuda_sync_events=True)
+    with torch.profiler.profile(activities=activities, experimental_config=config) as profiler:
+        yield
+    profiler.export_chrome_trace(str(path))
+
+
+async def _drive(engine: Engine, stream: StreamHandle, pieces: list[str], rate: float) -> _StreamTiming:
+    start = time.perf_counter()
+
+    async def feed() -> None:
+        try:
+            for i, piece in enumerate(pieces):
+                if rate > 0:
+                    await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+                stream.push_text(piece)
+            stream.end()
+        except StreamClosed:  # it reached its forced frame count before the text ran out
+            pass
+
+    feeder = asyncio.create_task(feed())
+    first = None
+    samples = 0
+    async for chunk in stream:
+        if first is None and chunk.pcm.shape[0]:
+            first = time.perf_counter() - start
+        samples += chunk.pcm.shape[0]
+    await feeder
+    done = time.perf_counter() - start
+    return _StreamTiming(first if first is not None else done, done, samples / SAMPLE_RATE)
+
+
+async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
+    """Run the streams; returns the JSON-ready report."""
+    model = engine.model
+    speaker = settings.speaker or (
+        sorted(model.talker.cfg.speakers)[0] if model.variant == "custom_voice" else None
+    )
+    voice_fields: dict = {"speaker": speaker}
+    if model.variant == "voice_design":
+        voice_fields = {"instruct": "A clear, friendly voice."}
+    elif model.variant == "base":
+        voice_fields = {"speaker_embedding": np.ones(model.talker.cfg.decoder.hidden_size, np.float32)}
+    voice = await engine.voice(**voice_fields)
+    # Text pieces are the tokenizer's own tokens, so the rate is in tokens per second.
+    ids = model.tokenizer.encode(BENCH_TEXT)
+    pieces = [model.tokenizer.decode([i]) for i in ids]
+    if settings.text_rate <= 0:
+        pieces = [BENCH_TEXT]
+    sessions = settings.sessions_per_stream
+
+    async def run_stream(i: int) -> list[_StreamTiming]:
+        await asyncio.sleep(settings.stagger_s * i / settings.streams)
+        timings = []
+        for k in range(sessions):  # each session opens when the one before has ended
+            seed = settings.seed + i * sessions + k
+            options = StreamOptions(seed=seed, max_frames=settings.frames, suppress_eos=True)
+            timings.append(
+                await _drive(engine, engine.open_stream(voice, options), pieces, settings.text_rate)
+            )
+        return timings
+
+    if engine.model.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(engine.model.device)
+    before = engine.metrics.histograms()
+    started = time.perf_counter()
+    per_stream = await asyncio.gather(*(run_stream(i) for i in range(settings.streams)))
+    wall = time.perf_counter() - started
+    activity = histogram_report(before, engine.metrics.histograms())
+    timings = [t for stream_timings in per_stream for t in stream_timings]
+    if engine.model.device.type == "cuda":
+        peak_mb = torch.cuda.max_memory_allocated(engine.model.device) / 2**20
+    else:
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    audio = sum(t.audio_s for t in timings)
+    return {
+        "device": str(engine.model.device),
+        "device_name": torch.cuda.get_device_name(engine.model.device)
+        if engine.model.device.type == "cuda"
+        else "cpu",
+        "model": str(engine.model.folder),
+        "dtype": str(engine.model.dtype).removeprefix("torch."),
+        "streams": settings.streams,
+        "frames_per_stream": settings.frames,
+        "sessions_per_stream": sessions,
+        "stagger_s": settings.stagger_s,
+        "text_rate_tokens_per_s": settings.text_rate,
+        "first_chunk_ms": _percentiles([t.first_chunk_s * 1000 for t in timings]),
+        "speed_x_realtime": _percentiles([t.audio_s / t.done_s for t in timings]),
+        "aggregate_audio_s_per_s": round(audio / wall, 3),
+        "audio_s": round(audio, 3),
+        "wall_s": round(wall, 3),
+        "peak_memory_mb": round(peak_mb, 1),
+        "peak_memory_kind": "cuda_allocated" if engine.model.device.type == "cuda" else "process_rss",
+        "engine": activity,
+    }
+
+
+def parse_arm(spec: str, config: EngineConfig) -> dict[str, Any]:
+    """An arm of an A/B, `section.field=value[,...]` over the engine's live settings
+    (`engine.LIVE_SETTINGS`), as keywords for `Engine.tune`; a list is written with slashes
+    (`chunks.frames=3/2/2/4/8`). Raises ValueError for anything else."""
+    changed: dict[str, dict[str, Any]] = {}
+    for item in spec.split(","):
+        name, _, value = item.strip().partition("=")
+        section, _, key = name.partition(".")
+        if section not in LIVE_SETTINGS or not value:
+            raise ValueError(
+                f"arm {spec!r}: expected SECTION.FIELD=VALUE with SECTION one of {', '.join(LIVE_SETTINGS)}"
+            )
+        current = getattr(config, section)
+        if key not in {f.name for f in dataclasses.fields(current)}:
+            raise ValueError(f"arm {spec!r}: {section} has no field {key!r}")
+        kind = type(getattr(current, key))
+        try:
+            parsed = tuple(int(v) for v in value.split("/")) if kind is tuple else kind(value)
+        except ValueError:
+            raise ValueError(f"arm {spec!r}: {name} takes a number, got {value!r}") from None
+        changed.setdefault(section, {})[key] = parsed
+    return {
+        section: dataclasses.replace(getattr(config, section), **fields)
+        for section, fields in changed.items()
+    }
+
+
+def parse_arms(specs: list[str], rounds: int, config: EngineConfig) -> dict[str, dict[str, Any]]:
+    """The arms of an A/B by label, the configured one first, as keywords for `Engine.tune`; raises
+    ValueError for a bad arm or fewer than one round (before a model is loaded for nothing)."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    return {"configured": {}} | {spec: parse_arm(spec, config) for spec in specs}
+
+
+async def run_arms(engine: Engine, settings: BenchSettings, arms: list[str], rounds: int) -> dict:
+    """The same run as configured and under each arm (`parse_arms`) in turn, `rounds` times over, on
+    one engine: one load and one graph capture for all, and the arms interleaved so that a drift of
+    the machine's speed falls on all of them. The engine's settings come back after."""
+    tunings = parse_arms(arms, rounds, engine.config)
+    configured = {name: getattr(engine.config, name) for name in LIVE_SETTINGS}
+    runs: dict[str, list[dict]] = {label: [] for label in tunings}
+    try:
+        for _ in range(rounds):
+            for label, tuning in tunings.items():
+                # Between runs no stream is open: nothing waits under the settings before.
+                engine.tune(**(configured | tuning))
+                runs[label].append(await run_bench(engine, settings))
+    finally:
+        engine.tune(**configured)
+    return {
+        "rounds": rounds,
+        "arms": [
+            {
+                "arm": label,
+                "settings": {
+                    name: dataclasses.asdict(value) for name, value in (configured | tuning).items()
+                },
+                "aggregate_audio_s_per_s_median": round(
+                    statistics.median(r["aggregate_audio_s_per_s"] for r in runs[label]), 3
+                ),
+                "runs": runs[label],
+            }
+            for label, tuning in tunings.items()
+        ],
+    }

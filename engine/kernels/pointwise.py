@@ -1,0 +1,148 @@
+"""Elementwise pieces of the model, as functions torch.compile fuses.
+
+Eager PyTorch runs each of these as several kernels, and at a frame's batch sizes the kernel
+count, not the arithmetic, sets the speed. A function marked `@fusable` is a plain function, run
+eagerly wherever it is called directly; `compiled(fn)` is its torch.compile'd twin, as one or a
+few generated kernels. Which of the two a model part calls is its `Kernels` value's choice
+(`Kernels.fuse`, engine/kernels/choice.py). The math is the same; only reduction order may differ. Other
+modules mark their own glue (the draw, the attention inputs, the frame's embedding sum) the same
+way. Inside a compiled function, the fusable functions it calls are traced into it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+Fn = TypeVar("Fn", bound=Callable)
+
+_fusable: set[Callable] = set()  # the marked functions: the only ones `compiled` compiles
+_compiled: dict[Callable, Callable] = {}  # a cache: each marked function compiled once per process
+
+
+def fusable(fn: Fn) -> Fn:
+    """Mark a module-level function as one `compiled` may compile; it stays the function it is."""
+    _fusable.add(fn)
+    return fn
+
+
+def compiled(fn: Fn) -> Fn:
+    """The compiled twin of `fn`, a `@fusable` function (made on first use, then kept)."""
+    twin = _compiled.get(fn)
+    if twin is None:
+        if fn not in _fusable:
+            raise ValueError(f"{fn.__qualname__} is not marked @fusable")
+        configure_compiler()
+        # dynamic: one kernel family serves every batch size, width and span.
+        twin = _compiled[fn] = torch.compile(fn, dynamic=True)
+    return twin  # type: ignore[return-value]
+
+
+def configure_compiler() -> None:
+    """torch.compile's settings for these functions (process-wide, as torch's config is; idempotent)."""
+    import torch._inductor.config as inductor_config
+
+    # Each function meets several widths, dtypes and 0/1-sized dims (talker, predictor, codec
+    # decoder): room for those variants, and eager instead of an error should a new one exceed it.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    # Softmaxes here span at most a KV (persistent reductions: one read either way). Online softmax
+    # only warns and falls back wherever inductor splits the reduction (one row over a long span).
+    inductor_config.online_softmax = False
+
+
+@fusable
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """Normalized in float32, cast back, then scaled: Qwen's order."""
+    normed = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=eps)
+    return weight * normed.to(x.dtype)
+
+
+@fusable
+def add_rms_norm(x: Tensor, delta: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """The residual sum x + delta, and its norm."""
+    total = x + delta
+    return total, rms_norm(total, weight, eps)
+
+
+@fusable
+def scaled_add(x: Tensor, scale: Tensor, branch: Tensor) -> Tensor:
+    """x + scale * branch: a residual sum with a per-channel scaled branch."""
+    return x + scale * branch
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """NeoX rotation (halves, not interleaved pairs) of x [..., T, d]; cos/sin broadcast to x."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+@fusable
+def rotate_pair(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """`rotate` of queries and keys together."""
+    return rotate(q, cos, sin), rotate(k, cos, sin)
+
+
+@fusable
+def qk_norm_rope_store(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_weight: Tensor,
+    k_weight: Tensor,
+    eps: float,
+    cos: Tensor,
+    sin: Tensor,
+    positions: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+) -> Tensor:
+    """Per-head norm then RoPE of q [B, T, h, d] and k [B, T, kv, d]; k and v [B, T, kv, d] are
+    written at each row's positions [B, T] of the caches [B, kv, L, d]; returns q [B, h, T, d].
+    cos/sin [B, T, d] float32. The caches must be whole (contiguous) tensors: written through a
+    strided view, the compiled version would copy the whole cache around the write."""
+    cos, sin = cos[:, None], sin[:, None]
+    q = rotate(rms_norm(q, q_weight, eps).transpose(1, 2), cos, sin).to(q.dtype)
+    k = rotate(rms_norm(k, k_weight, eps).transpose(1, 2), cos, sin).to(k.dtype)
+    rows = torch.arange(q.shape[0], device=q.device)[:, None]
+    # Indices on dims 0 and 2 around a slice: the written block is [B, T, kv, d].
+    k_cache[rows, :, positions] = k.transpose(1, 2)
+    v_cache[rows, :, positions] = v
+    return q
+
+
+@fusable
+def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
+    return F.silu(gate) * up
+
+
+def snake_beta(x: Tensor, log_alpha: Tensor, log_beta: Tensor, bias: Tensor | None = None) -> Tensor:
+    """The codec decoder's activation on time-major x [B, T, C]: x + sin²(x·e^alpha) / e^beta per
+    channel, of x + `bias` [C] if given (the bias of the conv before it). Eager it is five passes
+    over the decoder's largest tensors; with `Kernels.fused_snake`, `fused_snake` does it in one."""
+    if bias is not None:
+        x = x + bias
+    return x + (1.0 / (log_beta.exp() + 1e-9)) * torch.sin(x * log_alpha.exp()).pow(2)
+
+
+def snake_beta_after(context: Tensor, x: Tensor, log_alpha: Tensor, log_beta: Tensor) -> Tensor:
+    """[context, snake_beta(x)] along time ([B, c, C] and [B, T, C]): the input of the causal conv
+    after the activation."""
+    return torch.cat([context, snake_beta(x, log_alpha, log_beta)], dim=1)
+
+
+@fusable
+def frame_embedding(codes: Tensor, code0_table: Tensor, residual_tables: list[Tensor]) -> Tensor:
+    """A frame's codes [B, 16] -> code 0's row plus the sum of codes 1..15's rows [B, H] (summed
+    in that order, as one eager sum would)."""
+    residual = F.embedding(codes[:, 1], residual_tables[0])
+    for k in range(1, len(residual_tables)):
+        residual = residual + F.embedding(codes[:, k + 1], residual_tables[k])
+    return F.embedding(codes[:, 0], code0_table) + residual

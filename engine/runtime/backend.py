@@ -1,0 +1,74 @@
+"""The talker-backend contract: what the engine asks of whatever runs the talker and the code
+predictor over its streams (`TalkerBackend`; it is built from a checkpoint's `ModelParts`) and where
+it hands every stream's frames (`FrameSink`, the decoder stage). The `torch` backend
+(engine/runtime/scheduler.py, this process's PyTorch) and the `vllm` backend (engine/vllm/scheduler.py) both
+satisfy it; each owns its loop, which the engine runs in a thread of its own, and both keep their
+streams in one `LiveStreams` table (engine/runtime/live_streams.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol
+
+import numpy as np
+from torch import Tensor
+
+from voicewire.engine.config import EngineConfig
+from voicewire.engine.errors import EngineError
+from voicewire.engine.runtime.frame_step import GenerationOptions
+from voicewire.engine.runtime.segments import TrackEntry
+from voicewire.engine.runtime.stream import Stream
+
+
+class FrameSink(Protocol):
+    """Where frames go, in order per stream: open, frames and segment ends, then close or drop."""
+
+    def open(self, stream: Stream, warmup: Tensor | None) -> None: ...
+
+    def frames(self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry]) -> None: ...
+
+    def segment_end(self, stream: Stream, flushed: bool) -> None: ...
+
+    def drain(self, stream: Stream) -> None: ...  # no frames come for a while: send what is held
+
+    def close(self, stream: Stream, reason: str, frames: int, end_step: int) -> None: ...
+
+    def drop(
+        self, stream: Stream, reason: str, frames: int, end_step: int, error: EngineError | None
+    ) -> None: ...
+
+
+class TalkerBackend(Protocol):
+    config: EngineConfig  # replaced between rounds by `Engine.tune`
+
+    def submit(self, stream: Stream, options: GenerationOptions, lookahead: int) -> None:
+        """Take a new stream (any thread); raises EngineFull when every slot is taken."""
+        ...
+
+    def wake(self) -> None:
+        """A stream has news (text, a mark, a cancel, audio read): look at it soon (any thread)."""
+        ...
+
+    def run(self, stop: threading.Event) -> None:
+        """The backend's loop, until `stop` is set; a bug ends it with `error` set."""
+        ...
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until the loop can take streams, or raise why it cannot."""
+        ...
+
+    @property
+    def error(self) -> BaseException | None:
+        """What stopped the loop, if it stopped unasked."""
+        ...
+
+    @property
+    def live_streams(self) -> int:
+        """Streams submitted and not yet released."""
+        ...
+
+    @property
+    def used_slots(self) -> int:
+        """Slots held, including those of streams being released."""
+        ...

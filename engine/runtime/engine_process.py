@@ -1,0 +1,800 @@
+"""The engine in a process of its own, behind the engine contract (engine/api.py).
+
+`EngineProcess.start(config)` spawns a process that loads the checkpoint, runs an `Engine` and
+listens on a private Unix socket. The server that started it, and any other server worker that
+`EngineProcess.connect`s, holds an `EngineClient` as with the engine in its own process: awaited
+voices, and `StreamHandle`s whose requests go over the socket.
+
+Why: the engine's scheduler and decoder threads give up the GIL at every GPU wait and need it back
+at once. In one process with a server they queue behind the event loop's socket, msgpack and Opus
+work; in their own process nothing else holds their interpreter. And several server processes
+can share one engine, so sockets and Opus are no longer held to one interpreter either.
+
+    server event loop --requests--> socket --> reader thread (one per server) --> Engine, streams
+    server reader thread <--events, batched-- socket <-- sender thread (one per server) <-- streams
+
+Requests are sent as they happen. Events (chunks, results, replies) are batched by whatever piled
+up while the last batch was being written, so a decoder round's chunks are one message; each batch
+carries the engine's count of live streams, so every server's capacity check sees the whole engine.
+Voices are made in a thread of their own in the engine process, so a reference audio's x-vector
+holds up no server's stream requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import itertools
+import logging
+import multiprocessing
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Client, Connection, Listener
+from typing import Any
+
+from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine.errors import EngineError, EngineFull, StreamClosed, StreamFailed
+from voicewire.engine.model.checkpoint import CheckpointError
+from voicewire.engine.model.prompt import Voice
+from voicewire.engine.runtime.engine import Engine, EngineInfo, generation_options
+from voicewire.engine.runtime.gc_pauses import freeze_startup_heap
+from voicewire.engine.runtime.handle import StreamHandle, caller_loop
+from voicewire.engine.runtime.metrics import ProcessUsage
+from voicewire.engine.runtime.stream import AudioChunk, Stream, StreamResult
+from voicewire.engine.runtime.voices import VoiceCache
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 1800.0  # loading, graph capture and (vllm backend) vLLM's own start
+CALL_TIMEOUT_S = 60.0
+CLOSE_TIMEOUT_S = 60.0
+REJOIN_EVERY_S = 0.5  # a worker's tries to join a restarted engine process
+VOICE_THREADS = 2  # voices made at once in the engine process (x-vectors, reference codes)
+# A checkpoint that is not there, a bad setting: raised again in the server, as in one process.
+SETTINGS_ERRORS = (CheckpointError, ValueError, FileNotFoundError)
+
+
+# --- what crosses the pipe ---------------------------------------------------------------------
+
+
+def _write(conn: Connection, message: object) -> None:
+    """Send one message, pickled at protocol 5. `Connection.send` uses ForkingPickler at protocol 4,
+    which copies each numpy array into a bytes object first and writes through an io.BytesIO: a
+    decoder round's audio chunks took about four times as long, on the engine process's GIL."""
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _read(conn: Connection) -> Any:
+    return pickle.loads(conn.recv_bytes())
+
+
+@dataclass(frozen=True)
+class _Open:
+    stream_id: int
+    voice: Voice
+    options: StreamOptions
+
+
+@dataclass(frozen=True)
+class _Text:
+    stream_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class _Mark:
+    stream_id: int
+    verb: str  # flush, end or cancel
+
+
+@dataclass(frozen=True)
+class _Acknowledge:
+    stream_id: int
+    consumed_samples: int
+
+
+@dataclass(frozen=True)
+class _Call:
+    call_id: int
+    method: str  # voice or check_voice
+    args: tuple
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Close:
+    """To the engine process, from its owner: stop."""
+
+
+@dataclass(frozen=True)
+class _Bye:
+    """To the engine process, from a server: this connection is done; cancel its streams."""
+
+
+@dataclass(frozen=True)
+class _Ready:
+    info: EngineInfo
+    config: EngineConfig
+    live_streams: int = 0
+
+
+@dataclass(frozen=True)
+class _StartFailed:
+    message: str
+    error: Exception | None = None  # a mistake in the settings, raised again as it was
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    stream_id: int
+    chunk: AudioChunk
+
+
+@dataclass(frozen=True)
+class _Finished:
+    stream_id: int
+    result: StreamResult
+
+
+@dataclass(frozen=True)
+class _Reply:
+    call_id: int
+    value: Any
+    error: EngineError | None
+
+
+def _on_cpu(voice: Voice) -> Voice:
+    """The voice with its tensors in host memory: a device tensor would make the parent open CUDA."""
+    return dataclasses.replace(
+        voice,
+        xvector=None if voice.xvector is None else voice.xvector.cpu(),
+        ref_codes=None if voice.ref_codes is None else voice.ref_codes.cpu(),
+    )
+
+
+# --- the child ---------------------------------------------------------------------------------
+
+
+class _Forward:
+    """One stream's listener in the child: its chunks and result go to the parent under its id."""
+
+    def __init__(self, stream_id: int, post: Callable[[object], None]) -> None:
+        self.stream_id = stream_id
+        self._post = post
+
+    def chunk(self, stream: Stream, chunk: AudioChunk) -> None:
+        self._post(_Chunk(self.stream_id, chunk))
+
+    def finished(self, stream: Stream, result: StreamResult) -> None:
+        self._post(_Finished(self.stream_id, result))
+
+
+@dataclass
+class _Roster:
+    """The connected servers, and whether they were last told the engine is full."""
+
+    clients: list[_Client] = dataclasses.field(default_factory=list)
+    full: bool = False
+
+
+class _Client:
+    """One connected server process, in the child: its requests drive the engine; its streams'
+    events go back to it in batches. When it disconnects, its streams are cancelled."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        conn: Connection,
+        name: str,
+        voices: concurrent.futures.Executor,
+        roster: _Roster,
+    ) -> None:
+        self.engine = engine
+        self.conn = conn
+        self.name = name
+        self.streams: dict[int, Stream] = {}
+        self._voices = voices
+        self._roster = roster
+        self._sent_live = -1  # the live-stream count this server was last told
+        self._outbox: list[object] = []
+        self._lock = threading.Lock()
+        self._pending = threading.Event()
+        self._gone = False
+        roster.clients.append(self)
+        threading.Thread(target=self._send_loop, name=f"voicewire-send-{name}", daemon=True).start()
+        threading.Thread(target=self._read_loop, name=f"voicewire-read-{name}", daemon=True).start()
+
+    def post(self, event: object) -> None:
+        with self._lock:
+            self._outbox.append(event)
+        self._pending.set()
+
+    def _recount(self) -> None:
+        """A stream opened or finished. Each server hears the engine's count of live streams with
+        every batch of its own; when the engine becomes full, or is full no more, every server
+        hears it at once, so that each refuses what the engine has no slot for (and only that).
+        Telling every server of every open would wake each one's sender as a stream starts."""
+        full = self.engine.live_streams >= self.engine.config.max_streams
+        if full != self._roster.full:
+            self._roster.full = full
+            for client in list(self._roster.clients):
+                client._pending.set()
+
+    def _send_loop(self) -> None:
+        while not self._gone:
+            self._pending.wait()
+            with self._lock:
+                batch, self._outbox = self._outbox, []
+                self._pending.clear()
+            # Counted after the batch's results were posted: a finished stream's slot is free by
+            # then (the scheduler frees it before the decoder finishes the stream).
+            live = self.engine.live_streams
+            if batch or live != self._sent_live:
+                try:
+                    _write(self.conn, (live, batch))
+                except (OSError, EOFError, ValueError):  # it went away; the reader cleans up
+                    return
+                self._sent_live = live
+
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                request = _read(self.conn)
+            except (EOFError, OSError):
+                break
+            if isinstance(request, _Bye):
+                break
+            try:
+                self._handle(request)
+            except Exception:  # a bug here must not take the other clients' streams down
+                log.exception("engine process: request %s from %s failed", type(request).__name__, self.name)
+        self._gone = True
+        self._pending.set()
+        self._roster.clients.remove(self)
+        for stream in list(self.streams.values()):
+            stream.cancel()
+        if self.streams:
+            log.info("%s disconnected: cancelled its %d streams", self.name, len(self.streams))
+        self.conn.close()
+
+    def _handle(self, request: object) -> None:
+        if isinstance(request, _Call):
+            # Off this thread: an x-vector takes a while, and this thread carries every request
+            # of this server's streams.
+            self._voices.submit(lambda: self.post(self._call(request)))
+        elif isinstance(request, _Open):
+            self._open(request)
+        elif isinstance(request, _Text | _Mark | _Acknowledge):
+            stream = self.streams.get(request.stream_id)
+            if stream is None:
+                return  # finished here while the server was still talking to it
+            try:
+                if isinstance(request, _Text):
+                    stream.push_text(request.text)
+                elif isinstance(request, _Acknowledge):
+                    stream.acknowledge(request.consumed_samples)
+                elif request.verb == "flush":
+                    stream.flush()
+                elif request.verb == "end":
+                    stream.end()
+                else:
+                    stream.cancel()
+            except StreamClosed:
+                pass  # the same race; the server hears of the stream's end from its result
+        else:
+            raise TypeError(f"not a request: {request!r}")
+
+    def _open(self, request: _Open) -> None:
+        forward = _Forward(request.stream_id, self._post_and_forget(request.stream_id))
+        try:
+            self.streams[request.stream_id] = self.engine.admit(request.voice, request.options, forward)
+            self._recount()
+        except Exception as exc:  # refused here: the server's stream fails with the reason
+            error = (
+                exc if isinstance(exc, EngineError) else StreamFailed(f"the engine refused the stream: {exc}")
+            )
+            self.post(_Finished(request.stream_id, StreamResult("error", 0, 0, 0, -1, error)))
+
+    def _post_and_forget(self, stream_id: int) -> Callable[[object], None]:
+        def post(event: object) -> None:
+            self.post(event)
+            if isinstance(event, _Finished):
+                self.streams.pop(stream_id, None)
+                self._recount()
+
+        return post
+
+    def _call(self, call: _Call) -> _Reply:
+        try:
+            if call.method == "voice":
+                value: Any = _on_cpu(self.engine.make_voice(call.kwargs))
+            elif call.method == "check_voice":
+                self.engine.validate_voice(*call.args)
+                value = None
+            else:
+                raise EngineError(f"no engine call {call.method!r}")
+        except EngineError as exc:
+            return _Reply(call.call_id, None, exc)
+        except Exception as exc:  # anything else is the engine's fault, said in words the server can read
+            log.exception("engine call %s failed", call.method)
+            return _Reply(call.call_id, None, EngineError(f"{call.method} failed: {exc}"))
+        return _Reply(call.call_id, value, None)
+
+
+def _accept_loop(listener: Listener, engine: Engine, config: EngineConfig) -> None:
+    voices = concurrent.futures.ThreadPoolExecutor(VOICE_THREADS, thread_name_prefix="voicewire-voice")
+    roster = _Roster()
+    for number in itertools.count(1):
+        try:
+            conn = listener.accept()
+        except (OSError, EOFError):
+            return  # closed: shutting down
+        except multiprocessing.AuthenticationError:
+            log.warning("engine process: refused a connection with the wrong key")
+            continue
+        try:
+            _write(conn, _Ready(engine.info, config, engine.live_streams))
+        except (OSError, EOFError):
+            continue
+        _Client(engine, conn, f"server-{number}", voices, roster)
+
+
+def _child_main(
+    config: EngineConfig, address: str, authkey: bytes, owner: Connection, log_level: int
+) -> None:
+    # Ctrl-C, and a service manager's SIGTERM, reach the whole process group: the server finishes
+    # its sessions and then closes us (or we see its end of the control pipe close if it died).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logging.basicConfig(
+        level=log_level, format="%(asctime)s %(levelname)s %(name)s (engine process): %(message)s"
+    )
+    try:
+        engine = Engine.from_config(config)
+        freeze_startup_heap()
+        listener = Listener(address, family="AF_UNIX", authkey=authkey)
+    except SETTINGS_ERRORS as exc:  # the server says it in one line
+        _write(owner, _StartFailed(f"{type(exc).__name__}: {exc}", exc))
+        return
+    except BaseException as exc:
+        log.exception("the engine did not start")
+        _write(owner, _StartFailed(f"{type(exc).__name__}: {exc}"))
+        return
+    cpu = ProcessUsage("engine", engine.metrics.registry).start()
+    try:
+        threading.Thread(
+            target=_accept_loop, args=(listener, engine, config), name="voicewire-accept", daemon=True
+        ).start()
+        _write(owner, _Ready(engine.info, config))
+        with contextlib.suppress(EOFError, OSError):
+            _read(owner)  # _Close, or EOF when the owner died without one
+    finally:
+        listener.close()
+        engine.close()
+        cpu.stop()
+
+
+# --- the parent --------------------------------------------------------------------------------
+
+
+class _RemoteControl:
+    """A handle's requests, sent to its stream in the engine process."""
+
+    def __init__(self, engine: EngineProcess, stream_id: int) -> None:
+        self._engine = engine
+        self._id = stream_id
+
+    def push_text(self, text: str) -> None:
+        self._engine._send(_Text(self._id, text))
+
+    def flush(self) -> None:
+        self._engine._send(_Mark(self._id, "flush"))
+
+    def end(self) -> None:
+        self._engine._send(_Mark(self._id, "end"))
+
+    def cancel(self) -> None:
+        self._engine._send(_Mark(self._id, "cancel"))
+
+    def acknowledge(self, consumed_samples: int) -> None:
+        self._engine._send(_Acknowledge(self._id, consumed_samples))
+
+
+def _deliver_all(items: list[tuple[StreamHandle, object]]) -> None:
+    for stream, event in items:
+        if isinstance(event, _Chunk):
+            stream.deliver(event.chunk)
+        elif isinstance(event, _Finished):
+            stream.finish(event.result)
+
+
+@dataclass
+class _Owner:
+    """What the server that started the engine process holds besides its connection."""
+
+    config: EngineConfig
+    process: multiprocessing.process.BaseProcess
+    control: Connection  # closing it (or sending _Close) stops the engine process
+    folder: str  # holds the socket
+    deaths: list[float] = dataclasses.field(default_factory=list)  # time.monotonic() of each
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """An engine process that dies is started again, unless it died more than `max_deaths` times
+    within `window_s`: then the server gives up (and exits non-zero, for its supervisor)."""
+
+    max_deaths: int = 3
+    window_s: float = 300.0
+
+
+def _spawn(
+    config: EngineConfig, address: str, authkey: bytes, timeout_s: float
+) -> tuple[multiprocessing.process.BaseProcess, Connection]:
+    """Start an engine process listening on `address`; returns once its engine is loaded."""
+    context = multiprocessing.get_context("spawn")
+    control, child_control = context.Pipe()
+    level = logging.getLogger().getEffectiveLevel()
+    process = context.Process(
+        target=_child_main,
+        args=(config, address, authkey, child_control, level),
+        name="voicewire-engine",
+        daemon=False,  # the vllm backend starts processes of its own
+    )
+    process.start()
+    child_control.close()
+    try:
+        if not control.poll(timeout_s):
+            raise RuntimeError(f"the engine process was not ready after {timeout_s:g} s")
+        first = _read(control)
+    except EOFError:
+        process.join(timeout=5)
+        raise RuntimeError(
+            f"the engine process exited (code {process.exitcode}) before it was ready; see its log"
+        ) from None
+    except BaseException:
+        process.kill()
+        raise
+    if isinstance(first, _StartFailed):
+        process.join(timeout=CLOSE_TIMEOUT_S)
+        if first.error is not None:
+            raise first.error
+        raise RuntimeError(f"the engine process failed to start: {first.message}")
+    return process, control
+
+
+class EngineProcess:
+    """A connection to an `Engine` running in its own process; see the module's docstring.
+    `start` spawns that process and owns it, starting it again when it dies (`RestartPolicy`);
+    `connect` joins one (another server worker), and joins it again after such a restart."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        address: str,
+        authkey: bytes,
+        owner: _Owner | None = None,
+        on_lost: Callable[[], None] | None = None,
+        restarts: RestartPolicy | None = None,
+    ) -> None:
+        self.address = address
+        self.authkey = authkey
+        self._owner = owner
+        self._restarts = restarts
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._streams: dict[int, StreamHandle] = {}
+        self._calls: dict[int, concurrent.futures.Future] = {}
+        self.voices = VoiceCache()  # made there, kept here: a kept voice costs no call
+        self._exited = False  # it went away unasked and is not coming back
+        self._on_lost = on_lost
+        self._closing = False
+        self.restarts = 0  # times this connection was made again to a new engine process
+        self._parent = os.getppid()
+        self._slot_watchers: list[Callable[[], None]] = []
+        self._attach(conn)
+
+    def _attach(self, conn: Connection, again: bool = False) -> None:
+        """Take a fresh connection's greeting and start reading it; `again` counts a restart or a
+        rejoin, before `healthy` turns true, so a caller who sees it healthy sees the count too."""
+        first = _read(conn)
+        assert isinstance(first, _Ready), first
+        if again:
+            self.restarts += 1
+        self.info = first.info
+        self.config: EngineConfig = first.config
+        self._conn = conn
+        # The engine's live streams as of its last message, and the streams opened here since.
+        self._engine_live = first.live_streams
+        self._opened_since_report = 0
+        self._lost: str | None = None  # why the engine is out of reach
+        self._reader = threading.Thread(target=self._read_loop, name="voicewire-engine-reader", daemon=True)
+        self._reader.start()
+        self._slot_freed()  # a new engine process (after a restart) has every slot free
+
+    @classmethod
+    def start(
+        cls,
+        config: EngineConfig,
+        timeout_s: float = START_TIMEOUT_S,
+        on_lost: Callable[[], None] | None = None,
+        restarts: RestartPolicy | None = RestartPolicy(),
+    ) -> EngineProcess:
+        """Spawn the engine process and wait until its engine is loaded (or failed to load).
+        `on_lost` is called (in a reader thread) once the engine process is gone for good: it went
+        away unasked and `restarts` (None: never) does not start it again."""
+        folder = tempfile.mkdtemp(prefix="voicewire-engine-")  # private (0700): it holds the socket
+        address, authkey = os.path.join(folder, "engine.sock"), os.urandom(32)
+        try:
+            process, control = _spawn(config, address, authkey, timeout_s)
+            try:
+                conn = Client(address, family="AF_UNIX", authkey=authkey)
+            except BaseException:
+                process.kill()
+                raise
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        engine = cls(conn, address, authkey, _Owner(config, process, control, folder), on_lost, restarts)
+        log.info("engine process %d ready (%s on %s)", process.pid, engine.info.folder, engine.info.device)
+        return engine
+
+    @classmethod
+    def connect(
+        cls, address: str, authkey: bytes, on_lost: Callable[[], None] | None = None
+    ) -> EngineProcess:
+        """Join a running engine process (a server worker; the process that started it owns it).
+        When it goes away, this connection waits for its owner to start another and joins it."""
+        conn = Client(address, family="AF_UNIX", authkey=authkey)
+        return cls(conn, address, authkey, on_lost=on_lost, restarts=RestartPolicy())
+
+    @property
+    def live_streams(self) -> int:
+        """Streams holding a slot in the whole engine (every server's), as of its last message."""
+        return self._engine_live
+
+    @property
+    def registry(self) -> None:
+        """The engine's metrics live in the engine process (served through the metrics folder)."""
+        return None
+
+    @property
+    def pid(self) -> int | None:
+        """The engine process's id, for the server that started it."""
+        return self._owner.process.pid if self._owner is not None else None
+
+    @property
+    def exited(self) -> bool:
+        """Whether the engine process went away unasked (before any `close`) for good."""
+        if self._restarts is None and self._owner is not None and not self._closing:
+            return self._exited or not self._owner.process.is_alive()
+        return self._exited
+
+    @property
+    def healthy(self) -> bool:
+        return self._lost is None and (self._owner is None or self._owner.process.is_alive())
+
+    async def voice(self, **fields: Any) -> Voice:
+        """As `Engine.voice`, made in the engine process (reference audio is encoded there) and
+        kept here by content: a burst of sessions with one voice waits for one call at most."""
+        return await self.voices.get(fields, lambda: self._call("voice", **fields))
+
+    async def check_voice(self, voice: Voice) -> None:
+        """As `Engine.check_voice`; a voice this side made and kept has been checked already."""
+        if not self.voices.holds(voice):
+            await self._call("check_voice", voice)
+
+    def open_stream(self, voice: Voice, options: StreamOptions | None = None) -> StreamHandle:
+        """As `Engine.open_stream`. Options and the whole engine's capacity are checked here; a voice
+        the engine refuses, or a slot taken meanwhile by another server, fails the stream (its
+        iteration raises the reason)."""
+        if self._lost is not None:
+            raise StreamFailed(f"the engine process is gone ({self._lost}); try again shortly")
+        loop = caller_loop()
+        options = options or StreamOptions()
+        generation_options(self.info, options)  # raises InvalidOptions
+        live = max(len(self._streams), self._engine_live + self._opened_since_report)
+        if live >= self.config.max_streams:
+            raise EngineFull(f"all {self.config.max_streams} stream slots are in use")
+        stream_id = next(self._ids)
+        stream = StreamHandle(stream_id, voice, options, _RemoteControl(self, stream_id))
+        assert stream.loop is loop
+        self._streams[stream_id] = stream
+        self._opened_since_report += 1
+        self._send(_Open(stream_id, voice, options))
+        return stream
+
+    def watch_slots(self, callback: Callable[[], None]) -> None:
+        """As `Engine.watch_slots`, called in this connection's reader thread: when a stream of
+        this server finished, or the engine's count of live streams fell (every server hears it
+        when the engine is full no more)."""
+        self._slot_watchers.append(callback)
+
+    def _slot_freed(self) -> None:
+        for callback in self._slot_watchers:
+            callback()
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self._lost is not None:
+            raise StreamFailed(f"the engine process is gone ({self._lost}); try again shortly")
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        call_id = next(self._ids)
+        self._calls[call_id] = future
+        self._send(_Call(call_id, method, args, kwargs))
+        return await asyncio.wait_for(asyncio.wrap_future(future), CALL_TIMEOUT_S)
+
+    def _send(self, request: object) -> None:
+        try:
+            with self._send_lock:
+                _write(self._conn, request)
+        except (OSError, ValueError) as exc:  # the child is gone; the reader fails its streams
+            if self._lost is None:
+                log.error("could not reach the engine process: %s", exc)
+
+    def _read_loop(self) -> None:
+        try:
+            while True:
+                live, batch = _read(self._conn)
+                freed = live < self._engine_live
+                self._engine_live = live
+                self._opened_since_report = 0
+                by_loop: dict[asyncio.AbstractEventLoop, list[tuple[StreamHandle, object]]] = {}
+                for event in batch:
+                    if isinstance(event, _Reply):
+                        self._reply(event)
+                        continue
+                    stream = self._streams.get(event.stream_id)
+                    if stream is None:
+                        continue
+                    if isinstance(event, _Finished):
+                        del self._streams[event.stream_id]
+                        freed = True
+                    by_loop.setdefault(stream.loop, []).append((stream, event))
+                for loop, items in by_loop.items():
+                    try:
+                        loop.call_soon_threadsafe(_deliver_all, items)
+                    except RuntimeError:  # that loop is closed: nobody is listening any more
+                        pass
+                if freed:  # after the counts above, which open_stream checks
+                    self._slot_freed()
+        except (EOFError, OSError):
+            pass
+        self._engine_live = 0
+        self._fail_all("the engine was closed" if self._closing else "the engine process exited")
+        self._slot_freed()  # waiters for a slot try again and hear that the engine is away
+        if self._closing:
+            return
+        if self._restarts is None:
+            self._give_up()
+        elif self._owner is not None:
+            threading.Thread(target=self._restart, name="voicewire-engine-restart", daemon=True).start()
+        else:
+            threading.Thread(target=self._rejoin, name="voicewire-engine-rejoin", daemon=True).start()
+
+    def _give_up(self) -> None:
+        self._exited = True
+        if self._on_lost is not None:
+            self._on_lost()
+
+    def _restart(self) -> None:
+        """The owner's engine process died: start another on the same socket, unless it died too
+        often lately. Its streams have failed already; new ones wait for `healthy`."""
+        owner, policy = self._owner, self._restarts
+        assert owner is not None and policy is not None
+        owner.process.join(timeout=5)
+        now = time.monotonic()
+        owner.deaths = [t for t in owner.deaths if now - t < policy.window_s] + [now]
+        if len(owner.deaths) > policy.max_deaths:
+            log.error(
+                "the engine process died %d times in %g s (the last with exit code %s): giving up",
+                len(owner.deaths),
+                policy.window_s,
+                owner.process.exitcode,
+            )
+            self._give_up()
+            return
+        log.warning("the engine process exited (code %s): starting another", owner.process.exitcode)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.address)  # the dead one's socket file
+        try:
+            process, control = _spawn(owner.config, self.address, self.authkey, START_TIMEOUT_S)
+            conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
+        except Exception:
+            log.exception("the engine process could not be started again")
+            self._give_up()
+            return
+        owner.control.close()
+        owner.process, owner.control = process, control
+        if self._closing:  # closed meanwhile: close() found the old process; stop this one
+            with contextlib.suppress(OSError):
+                _write(control, _Close())
+            return
+        self._attach(conn, again=True)
+        log.info("engine process %d ready again", process.pid)
+
+    def _rejoin(self) -> None:
+        """A worker's engine process died: join the one its owner starts next (or give up when
+        none comes within the start timeout)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        # A worker's parent is the server that owns the engine: if it is gone, nobody restarts.
+        while not self._closing and time.monotonic() < deadline and os.getppid() == self._parent:
+            time.sleep(REJOIN_EVERY_S)
+            try:
+                conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
+            except (OSError, EOFError, multiprocessing.AuthenticationError):
+                continue  # not listening yet
+            try:
+                self._attach(conn, again=True)
+            except (OSError, EOFError):  # it died before its greeting: wait for the next one
+                conn.close()
+                continue
+            log.info("joined the engine process again")
+            return
+        if not self._closing:
+            self._give_up()
+
+    def _reply(self, reply: _Reply) -> None:
+        future = self._calls.pop(reply.call_id, None)
+        if future is None:
+            return
+        if reply.error is not None:
+            future.set_exception(reply.error)
+        else:
+            future.set_result(reply.value)
+
+    def _fail_all(self, reason: str) -> None:
+        self._lost = reason
+        if not self._closing:
+            log.error("%s: failing its %d streams", reason, len(self._streams))
+        for call_id in list(self._calls):
+            future = self._calls.pop(call_id, None)
+            if future is not None:
+                future.set_exception(StreamFailed(reason))
+        for stream_id in list(self._streams):
+            stream = self._streams.pop(stream_id, None)
+            if stream is None:
+                continue
+            result = StreamResult("error", 0, 0, stream.consumed_samples, -1, StreamFailed(reason))
+            try:
+                stream.loop.call_soon_threadsafe(stream.finish, result)
+            except RuntimeError:
+                pass
+
+    def close(self) -> None:
+        """Disconnect (the engine process cancels this connection's streams); the owner also stops
+        the engine process and waits for it."""
+        if self._closing:
+            return
+        self._closing = True
+        owner = self._owner
+        if owner is None:
+            self._send(_Bye())
+            self._reader.join(timeout=CLOSE_TIMEOUT_S)  # it sees the engine process hang up
+            self._conn.close()
+            return
+        with contextlib.suppress(OSError):
+            _write(owner.control, _Close())
+        owner.process.join(timeout=CLOSE_TIMEOUT_S)
+        if owner.process.is_alive():
+            log.warning("the engine process did not stop in %g s; killing it", CLOSE_TIMEOUT_S)
+            owner.process.kill()
+            owner.process.join(timeout=5)
+        self._reader.join(timeout=5)  # it sees the connection close with the process
+        self._conn.close()
+        owner.control.close()
+        shutil.rmtree(owner.folder, ignore_errors=True)
+
+    def __enter__(self) -> EngineProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

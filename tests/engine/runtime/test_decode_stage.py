@@ -1,0 +1,242 @@
+"""The decoder stage's scheduling of decode calls (the decoding itself is in test_decoder_batch)."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from voicewire.engine.config import ChunkSchedule, StreamOptions, UrgentChunks
+from voicewire.engine.runtime import decode_stage as decode_stage_module
+from voicewire.engine.runtime.decode_stage import DecoderStage
+from voicewire.engine.runtime.segments import TrackEntry
+from voicewire.engine.runtime.stream import SAMPLES_PER_FRAME, Stream
+
+
+def test_first_chunks_decode_before_running_streams_chunks(tiny_models) -> None:
+    """A new stream's one-frame first chunk is not held behind a running stream's eight frames."""
+    model = tiny_models["custom_voice"]
+    stage = DecoderStage(model.decoder, slots=4, chunks=ChunkSchedule(1, (8,)))
+    calls: list[tuple[int, int]] = []  # (stream row, frames) per decode call, in order
+    decode = stage.batch.decode
+    stage.batch.decode = lambda rows, codes: calls.append((rows[0], codes.shape[1])) or decode(rows, codes)
+    voice = model.voice(speaker="vivian")
+    running, new = (Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2))
+    codes = np.arange(16, dtype=np.int64)[None] * 7
+    fed = [TrackEntry(5, ())]
+    stage.open(running, None)
+    stage.frames([running], codes, fed)
+    stage.process()  # the running stream's first chunk
+    for _ in range(8):
+        stage.frames([running], codes, fed)
+    stage.open(new, None)
+    stage.frames([new], codes, fed)
+    stage.process()
+    assert calls == [(0, 1), (1, 1), (0, 8)]
+    assert running.delivered_samples == 9 * SAMPLES_PER_FRAME and new.delivered_samples == SAMPLES_PER_FRAME
+
+
+def test_chunks_due_at_different_counts_share_decoder_passes(tiny_models) -> None:
+    """Streams due with 13, 8 and 5 frames decode in three passes, one per graphed frame count
+    (1, 4, 8), each stream riding in those its chunk needs; every stream's audio is its whole decode."""
+    model = tiny_models["custom_voice"]
+    stage = DecoderStage(model.decoder, slots=4, chunks=ChunkSchedule(1, (8,)))
+    calls: list[tuple[list[int], int]] = []  # (stream rows, frames) per decoder pass, in order
+    decode = stage.batch.decode
+    stage.batch.decode = lambda rows, codes: calls.append((list(rows), codes.shape[1])) or decode(rows, codes)
+    voice = model.voice(speaker="vivian")
+    streams = [Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2, 3)]
+    gen = np.random.default_rng(4)
+    codes = {s.id: gen.integers(0, 2048, (14, 16)) for s in streams}
+    fed = [TrackEntry(5, ())]
+    heard: dict[int, list[np.ndarray]] = {s.id: [] for s in streams}
+    for s in streams:
+        s.deliver = lambda chunk, s=s: heard[s.id].append(chunk.pcm)
+        stage.open(s, None)
+    a, b, c = streams
+    stage.frames([b], codes[b.id][:1], fed)
+    stage.process()  # b's first chunk: b is now due every 8 frames
+    for i in range(13):
+        stage.frames([a], codes[a.id][i : i + 1], fed)
+    for i in range(1, 9):
+        stage.frames([b], codes[b.id][i : i + 1], fed)
+    for i in range(5):
+        stage.frames([c], codes[c.id][i : i + 1], fed)
+    stage.process()
+    assert calls == [([1], 1), ([0, 2], 1), ([0, 2], 4), ([0, 1], 8)]
+    # One chunk each: 13, 1 + 8 and 5 frames.
+    assert [len(heard[s.id]) for s in streams] == [1, 2, 1]
+    for s, frames in zip(streams, (13, 9, 5), strict=True):
+        with torch.inference_mode():
+            whole = model.decoder(torch.from_numpy(codes[s.id][None, :frames])).float()[0].numpy()
+        got = np.concatenate(heard[s.id])
+        assert got.shape == (frames * SAMPLES_PER_FRAME,)
+        np.testing.assert_allclose(got, whole, atol=1e-5)
+
+
+def test_a_late_chunk_counts_the_gap_its_player_would_hear(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """player_gap: 0.24 s out at once starts a 200 ms-buffer player, which plays to 0.24 s; the next
+    chunk comes out at 1.0 s, so it would have waited 0.76 s."""
+    clock = [0.0]
+    monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    model = tiny_models["custom_voice"]
+    stage = DecoderStage(model.decoder, slots=2, chunks=ChunkSchedule(1, (2,)))
+    stream = Stream(1, model.voice(speaker="vivian"), StreamOptions(), model.tokenizer, lambda: None)
+    codes = np.arange(16, dtype=np.int64)[None] * 7
+    stage.open(stream, None)
+    for _ in range(3):  # a 1-frame chunk and a 2-frame chunk
+        stage.frames([stream], codes, [TrackEntry(5, ())])
+    stage.process()
+    gaps = stage.metrics.registry.get_sample_value
+    assert gaps("voicewire_engine_player_gap_seconds_count") == 0
+    clock[0] = 1.0
+    for _ in range(2):
+        stage.frames([stream], codes, [TrackEntry(5, ())])
+    stage.process()
+    assert stream.delivered_samples == 5 * SAMPLES_PER_FRAME
+    assert gaps("voicewire_engine_player_gap_seconds_count") == 1
+    assert gaps("voicewire_engine_player_gap_seconds_sum") == pytest.approx(0.76)
+
+
+def _round_of_two_listeners(model, urgent: UrgentChunks, monkeypatch: pytest.MonkeyPatch) -> list:
+    """On a clock that stands still, a has 0.24 s in hand and b none; both have a one-frame chunk
+    due. Returns the decoder passes of the round, as (streams, frames)."""
+    monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: 100.0))
+    stage = DecoderStage(model.decoder, slots=4, chunks=ChunkSchedule(1, (2, 1)), urgent=urgent)
+    voice = model.voice(speaker="vivian")
+    a, b = (Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2))
+    codes = np.arange(16, dtype=np.int64)[None] * 7
+    fed = [TrackEntry(5, ())]
+    stage.open(a, None)
+    for n in (1, 2):  # a's chunks of 1 and 2 frames: 0.24 s, so its player has started
+        for _ in range(n):
+            stage.frames([a], codes, fed)
+        stage.process()
+    calls: list[tuple[list[str], int]] = []
+    decode = stage.batch.decode
+    names = {stage._streams[a.id].row: "a"}
+    stage.batch.decode = lambda rows, codes: (
+        calls.append(([names.get(r, "b") for r in rows], codes.shape[1])) or decode(rows, codes)
+    )
+    stage.open(b, None)
+    stage.frames([a, b], np.concatenate([codes, codes]), fed * 2)
+    stage.process()
+    assert a.delivered_samples == 4 * SAMPLES_PER_FRAME and b.delivered_samples == SAMPLES_PER_FRAME
+    return calls
+
+
+def test_urgent_chunks_decode_before_the_chunks_of_listeners_with_audio_in_hand(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b has nothing in hand: its chunk goes in a pass of its own, a's after it."""
+    calls = _round_of_two_listeners(tiny_models["custom_voice"], UrgentChunks(in_hand_s=0.2), monkeypatch)
+    assert calls == [(["b"], 1), (["a"], 1)]
+
+
+def test_without_urgent_chunks_every_due_chunk_shares_the_round_s_passes(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _round_of_two_listeners(tiny_models["custom_voice"], UrgentChunks(), monkeypatch)
+    assert calls == [(["a", "b"], 1)]
+
+
+def _listeners_in_hand(model, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """On a clock that stands still, with one bulk row a round (`in_hand_s` 0.2): a has 0.32 s in
+    hand and b 0.24 s. Returns the stage, a, b, a maker of further streams (by id) and
+    `feed(streams)`, which gives each stream one frame."""
+    monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: 100.0))
+    stage = DecoderStage(
+        model.decoder, slots=4, chunks=ChunkSchedule(1, (2, 1)), urgent=UrgentChunks(0.2, bulk_rows=1)
+    )
+    voice = model.voice(speaker="vivian")
+
+    def stream(i: int) -> Stream:
+        return Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None)
+
+    def feed(streams: list[Stream]) -> None:
+        codes = np.arange(16, dtype=np.int64)[None] * 7
+        stage.frames(streams, np.concatenate([codes] * len(streams)), [TrackEntry(5, ())] * len(streams))
+
+    a, b = stream(1), stream(2)
+    for s in (a, b):
+        stage.open(s, None)
+    for batches in ([[a, b]], [[a, b], [a, b]], [[a]]):  # a: chunks of 1, 2, 1 frames; b: 1, 2
+        for streams in batches:
+            feed(streams)
+        stage.process()
+    assert (a.delivered_samples, b.delivered_samples) == (4 * SAMPLES_PER_FRAME, 3 * SAMPLES_PER_FRAME)
+    return stage, a, b, stream, feed
+
+
+def test_bulk_rows_leave_the_chunks_with_most_in_hand_for_the_next_round(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one bulk row a round: c (nothing in hand) first, then b (0.24 s in hand) before a (0.32 s).
+    d's first frame, which arrives during the first pass, goes in the next round, before a."""
+    stage, a, b, stream, feed = _listeners_in_hand(tiny_models["custom_voice"], monkeypatch)
+    c, d = stream(3), stream(4)
+    calls: list[list[str]] = []
+    decode = stage.batch.decode
+    names = {stage._streams[s.id].row: name for name, s in zip("ab", (a, b), strict=True)}
+
+    def decoding(rows, frames):
+        if not calls:
+            stage.open(d, None)
+            feed([d])
+        calls.append([names.get(r, "c" if len(calls) == 0 else "d") for r in rows])
+        return decode(rows, frames)
+
+    stage.batch.decode = decoding
+    stage.open(c, None)
+    feed([a, b, c])
+
+    def rounds() -> list[float | None]:  # rounds, their chunks, and the urgent ones among them
+        value = stage.metrics.registry.get_sample_value
+        return [
+            value("voicewire_engine_decode_round_seconds_count"),
+            value("voicewire_engine_decode_round_chunks_sum"),
+            value("voicewire_engine_decode_round_urgent_sum"),
+        ]
+
+    before = rounds()
+    stage.process()
+    assert calls == [["c"], ["b"], ["d"], ["a"]]
+    assert [s.delivered_samples // SAMPLES_PER_FRAME for s in (a, b, c, d)] == [5, 4, 1, 1]
+    # Two rounds: c (urgent) with b, then d (urgent) with a.
+    assert [after - was for after, was in zip(rounds(), before, strict=True)] == [2, 4, 2]
+
+
+@pytest.mark.parametrize("ended", [False, True])
+def test_among_listeners_with_audio_in_hand_an_ended_stream_goes_first(
+    tiny_models, monkeypatch: pytest.MonkeyPatch, ended: bool
+) -> None:
+    """a has 0.32 s in hand, b 0.24 s; one bulk row a round. b, with less, goes first, unless a's
+    talker has ended: its session ends with this chunk (and its client waits for that end)."""
+    stage, a, b, _, feed = _listeners_in_hand(tiny_models["custom_voice"], monkeypatch)
+    calls: list[list[str]] = []
+    decode = stage.batch.decode
+    names = {stage._streams[s.id].row: name for name, s in zip("ab", (a, b), strict=True)}
+    stage.batch.decode = lambda rows, frames: calls.append([names[r] for r in rows]) or decode(rows, frames)
+    feed([a, b])
+    if ended:
+        stage.close(a, "end", 5, 5)
+    stage.process()
+    assert calls == ([["a"], ["b"]] if ended else [["b"], ["a"]])
+    final = stage.metrics.registry.get_sample_value("voicewire_engine_final_chunk_seconds_count")
+    assert final == ended and (a.result is not None) == ended
+
+
+def test_a_chunk_s_pieces_join_into_an_array_of_their_own() -> None:
+    """Rows of a decoder pass's output (views of one host buffer) become one float32 array that owns
+    its memory: writing it or reusing the buffer changes neither."""
+    passes = [np.arange(2 * 6, dtype=np.float32).reshape(2, 6), -np.ones((3, 4), dtype=np.float32)]
+    pieces = [passes[0][1], passes[1][2]]
+    joined = decode_stage_module.join_samples(pieces)
+    assert joined.dtype == np.float32 and joined.flags.writeable
+    np.testing.assert_array_equal(joined, [6, 7, 8, 9, 10, 11, -1, -1, -1, -1])
+    joined[0] = 100.0
+    passes[1][2] = 5.0
+    assert passes[0][1, 0] == 6.0 and joined[-1] == -1.0
+    assert decode_stage_module.join_samples([np.zeros(0, np.float32)]).shape == (0,)

@@ -1,0 +1,75 @@
+import gc
+import time
+
+import pytest
+
+from voicewire.engine.runtime.gc_pauses import FLUSH_INTERVAL_S, GcPauses, freeze_startup_heap
+from voicewire.engine.runtime.metrics import EngineMetrics
+
+
+@pytest.fixture
+def metrics():
+    metrics = EngineMetrics()
+    pauses = GcPauses(metrics.gc_pause, metrics.gc_full_pause)
+    pauses.start()
+    yield metrics, pauses
+    pauses.close()
+
+
+def _value(metrics: EngineMetrics, name: str) -> float:
+    found = metrics.registry.get_sample_value(name)
+    assert found is not None, name
+    return found
+
+
+def test_each_collection_is_timed_and_full_ones_apart(metrics) -> None:
+    metrics, pauses = metrics
+    gc.collect(0)
+    gc.collect(1)
+    gc.collect(2)
+    gc.collect()
+    pauses.flush()
+    every = _value(metrics, "voicewire_engine_gc_pause_seconds_count")
+    assert every >= 4  # the four above, and any the allocations in between started
+    assert 2 <= _value(metrics, "voicewire_engine_gc_full_pause_seconds_count") <= every
+    assert 0 < _value(metrics, "voicewire_engine_gc_full_pause_seconds_sum")
+    assert _value(metrics, "voicewire_engine_gc_full_pause_seconds_sum") <= _value(
+        metrics, "voicewire_engine_gc_pause_seconds_sum"
+    )
+
+
+def test_the_pauses_reach_the_histograms_without_a_flush_call(metrics) -> None:
+    metrics, _ = metrics
+    gc.collect()
+    # The notes go in from the pauses' own thread within its interval.
+    time.sleep(3 * FLUSH_INTERVAL_S)
+    assert _value(metrics, "voicewire_engine_gc_full_pause_seconds_count") >= 1
+
+
+def test_close_stops_timing() -> None:
+    metrics = EngineMetrics()
+    pauses = GcPauses(metrics.gc_pause, metrics.gc_full_pause)
+    pauses.start()
+    pauses.close()
+    assert pauses._on_gc not in gc.callbacks
+    gc.collect()
+    pauses.flush()
+    assert _value(metrics, "voicewire_engine_gc_full_pause_seconds_count") == 0
+
+
+def test_freeze_takes_the_live_heap_out_of_later_collections() -> None:
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    kept = [Cycle() for _ in range(1000)]
+    Cycle()  # garbage now: the freeze's own collection frees it, nothing frozen holds it
+    try:
+        frozen, seconds = freeze_startup_heap()
+        assert frozen == gc.get_freeze_count() >= len(kept)
+        assert seconds > 0
+        tracked = gc.get_objects()
+        assert not any(o is kept[0] for o in tracked)  # the collector no longer walks it
+    finally:
+        gc.unfreeze()
+    assert any(o is kept[0] for o in gc.get_objects())

@@ -1,0 +1,98 @@
+"""engine/runtime/metrics.py: what the engine did between two readings of its histograms, and the CPU
+its process used."""
+
+import mmap
+import time
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from voicewire.engine.runtime.metrics import (
+    ENGINE_HISTOGRAMS,
+    SUM,
+    EngineMetrics,
+    ProcessUsage,
+    cores_used,
+    histogram_quantile,
+    histogram_report,
+    read_histograms,
+    read_process_cpu,
+    read_process_rss,
+)
+
+
+def test_engine_report_takes_the_level_out_of_the_histograms() -> None:
+    inf = float("inf")
+    before = {"voicewire_engine_step_seconds": {0.01: 2.0, 0.02: 2.0, inf: 2.0, SUM: 0.01}}
+    # 10 more steps: 4 up to 10 ms, 6 in (10, 20] ms; 0.12 s in all.
+    after = {"voicewire_engine_step_seconds": {0.01: 6.0, 0.02: 12.0, inf: 12.0, SUM: 0.13}}
+    report = histogram_report(before, after)
+    assert report == {"step_ms": {"count": 10, "total": 120.0, "p50": 11.67, "p95": 19.17}}
+    assert histogram_report({}, {}) == {}
+    # A rank in the +Inf bucket is reported as the largest finite bound, as Prometheus does.
+    assert histogram_quantile({0.01: 1.0, inf: 4.0}, 0.95) == 0.01
+
+
+def test_an_engines_own_histograms_read_as_a_scrape_reads_them() -> None:
+    metrics = EngineMetrics()
+    before = metrics.histograms()
+    assert set(before) == set(ENGINE_HISTOGRAMS.values())  # every one, empty ones too
+    for seconds in (0.004, 0.004, 0.015):
+        metrics.step.observe(seconds)
+    metrics.decode_streams.observe(3)
+    after = metrics.histograms()
+    assert after == read_histograms(generate_latest(metrics.registry).decode())
+    report = histogram_report(before, after)
+    assert set(report) == set(ENGINE_HISTOGRAMS)
+    # Two in the (2, 5] ms bucket, one in (10, 20]: rank 1.5 at 2 + 3 x 1.5/2, rank 2.85 at 10 + 10 x 0.85.
+    assert report["step_ms"] == {"count": 3, "total": 23.0, "p50": 4.25, "p95": 18.5}
+    assert report["decode_streams"]["count"] == 1 and report["decode_streams"]["total"] == 3
+    assert report["decode_ms"] == {"count": 0, "total": 0.0, "p50": None, "p95": None}
+
+
+def test_process_cpu_follows_this_process_and_reads_back_as_cores() -> None:
+    registry = CollectorRegistry()
+    cpu = ProcessUsage("engine", registry, interval_s=0.05).start()
+    try:
+        before = read_process_cpu(generate_latest(registry).decode())
+        assert set(before) == {("engine", "")}  # one process: no pid label
+        spin_until = time.process_time() + 0.3
+        while time.process_time() < spin_until:  # 0.3 s of CPU on this thread
+            pass
+        deadline = time.monotonic() + 10
+        while (after := read_process_cpu(generate_latest(registry).decode()))[("engine", "")] < spin_until:
+            assert time.monotonic() < deadline, "the sampler thread did not set the gauge again"
+            time.sleep(0.05)
+    finally:
+        cpu.stop()
+    assert after[("engine", "")] - before[("engine", "")] >= 0.3
+    assert read_process_cpu("") == {}
+    # Under `voicewire serve` each process has its pid; one that started between the readings
+    # counts from 0, one that had ended (6) is left out. Cores: CPU seconds over wall seconds.
+    before = {("engine", "7"): 10.0, ("server", "8"): 2.0, ("server", "6"): 5.0}
+    after = {("engine", "7"): 30.0, ("server", "8"): 12.0, ("server", "9"): 16.0, ("server", "6"): 5.0}
+    assert cores_used(before, after, 10.0) == {"engine": [2.0], "server": [1.6, 1.0]}
+    assert cores_used(before, after, 0.0) == {"engine": [0.0], "server": [0.0, 0.0]}
+
+
+def test_process_memory_follows_this_process() -> None:
+    registry = CollectorRegistry()
+    usage = ProcessUsage("server", registry, interval_s=0.05).start()
+    try:
+        before = read_process_rss(generate_latest(registry).decode())[("server", "")]
+        # 64 MiB of fresh pages, touched. Not a bytearray: after a big test, malloc hands back
+        # heap it holds resident already, and the figure does not move (seen in CI).
+        held = mmap.mmap(-1, 64 * 2**20)
+        for i in range(0, len(held), 4096):
+            held[i] = 1
+        deadline = time.monotonic() + 10
+        while (
+            after := read_process_rss(generate_latest(registry).decode())[("server", "")]
+        ) < before + 60 * 2**20:
+            assert time.monotonic() < deadline, (before, after)
+            time.sleep(0.05)
+        held.close()
+    finally:
+        usage.stop()
+    with open("/proc/self/status") as status:  # the kernel's own figure, for scale
+        vm_rss = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+    assert 0.5 * vm_rss < read_process_rss(generate_latest(registry).decode())[("server", "")] <= 2 * vm_rss
