@@ -30,7 +30,7 @@ from pipecat.frames.frames import (
 )
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.services.tts_service import TextAggregationMode
-from pipeline import Sink, audio_frames, run_pipeline, stopped, until
+from pipeline import Sink, audio_frames, record_turn, run_pipeline, stopped, until
 
 from voicewire.integrations.pipecat import Sampling, VoicewireTTSService
 
@@ -92,12 +92,10 @@ async def run(config: dict[str, Any], out: Path) -> dict[str, Any]:
             else:
                 await until(lambda first=first: stopped(sink, first), "stop")
             frames = sink.frames[first:]
-            audio = audio_frames(frames)
-            (out / f"turn{number}.pcm").write_bytes(b"".join(f.audio for f in audio))
+            _, recorded = record_turn(out, number, frames)
             turns.append(
-                {
-                    "rates": sorted({f.sample_rate for f in audio}),
-                    "audio_frames": len(audio),
+                recorded
+                | {
                     "words": [
                         [f.text, f.pts, f.includes_inter_frame_spaces]
                         for f in frames

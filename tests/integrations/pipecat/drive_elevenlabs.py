@@ -34,7 +34,7 @@ from pipecat.frames.frames import (
 )
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
-from pipeline import Sink, audio_frames, run_pipeline, stopped, until
+from pipeline import Sink, audio_frames, record_turn, run_pipeline, stopped, until
 
 traffic: list[dict[str, Any]] = []  # {"url"/"sent"/"read": ...}
 
@@ -109,11 +109,10 @@ async def run(config: dict[str, Any], out: Path) -> dict[str, Any]:
             else:
                 await until(lambda first=first: stopped(sink, first), "stop")
             frames = sink.frames[first:]
-            audio = audio_frames(frames)
-            (out / f"turn{number}.pcm").write_bytes(b"".join(f.audio for f in audio))
+            audio, recorded = record_turn(out, number, frames)
             turns.append(
-                {
-                    "rates": sorted({f.sample_rate for f in audio}),
+                recorded
+                | {
                     "contexts": sorted({f.context_id for f in audio}),
                     "words": [[f.text, f.pts] for f in frames if isinstance(f, TTSTextFrame)],
                     "word_times": tts.word_times[timed:],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from pipecat.frames.frames import EndFrame, ErrorFrame, Frame, TTSAudioRawFrame, TTSStoppedFrame, TTSTextFrame
@@ -58,6 +59,14 @@ async def until(check: Callable[[], Any], what: str) -> None:
 
 def audio_frames(frames: list[Frame]) -> list[TTSAudioRawFrame]:
     return [f for f in frames if isinstance(f, TTSAudioRawFrame)]
+
+
+def record_turn(out: Path, number: int, frames: list[Frame]) -> tuple[list[TTSAudioRawFrame], dict[str, Any]]:
+    """Writes turn `number`'s audio to OUT/turn<N>.pcm; returns its audio frames and what every
+    driver reports of them (their sample rates and count)."""
+    audio = audio_frames(frames)
+    (out / f"turn{number}.pcm").write_bytes(b"".join(f.audio for f in audio))
+    return audio, {"rates": sorted({f.sample_rate for f in audio}), "audio_frames": len(audio)}
 
 
 def stopped(sink: Sink, first: int) -> bool:
