@@ -8,7 +8,8 @@ writes it, then one of: `end` and read to `done`, `cancel` after a random delay,
 dropped mid-turn (a new one is opened). Every `--sample-s` it reads each server process's resident
 memory from /metrics (`voicewire_process_resident_bytes`, by role and pid: the engine process and
 every worker) and asks /ready. Prints one JSON report: turns by outcome, errors by code, and per
-process the RSS at the first sample after `--warmup-s`, at the end, its peak and its growth; exits
+process the RSS at the first sample after `--warmup-s`, at the end, its peak and its growth (from
+the warm-up on, and over the second half of the run); exits
 1 when /ready failed, the server answered `internal_error`, or a process grew by more than
 `--max-growth` (5%).
 """
@@ -126,11 +127,17 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     memory = {}
     for name, points in timeline.items():
         settled = [rss for t, rss in points if t >= args.warmup_s] or [points[-1][1]]
+        # A leak keeps growing; a heap filling to its working set (allocator arenas, Python's
+        # object pools at the peak of concurrent turns) levels off. The second half's growth tells
+        # the two apart when the warm-up was too short to see the level.
+        halfway = points[-1][0] / 2
+        second_half = [rss for t, rss in points if t >= halfway] or [points[-1][1]]
         memory[name] = {
             "rss_mb_after_warmup": settled[0],
             "rss_mb_end": points[-1][1],
             "rss_mb_peak": max(rss for _, rss in points),
             "growth": round(points[-1][1] / settled[0] - 1, 4),
+            "growth_second_half": round(points[-1][1] / second_half[0] - 1, 4),
             "samples": points,
         }
     return {
