@@ -18,9 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from voicewire.bench.model import BenchModel
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.errors import StreamClosed
+from voicewire.engine.model.qwen3_tts import Qwen3TTS
 from voicewire.engine.runtime.engine import LIVE_SETTINGS, Engine
+from voicewire.engine.runtime.gc_pauses import freeze_startup_heap
 from voicewire.engine.runtime.handle import StreamHandle
 from voicewire.engine.runtime.metrics import histogram_report
 from voicewire.engine.runtime.stream import SAMPLE_RATE
@@ -239,3 +242,35 @@ async def run_arms(engine: Engine, settings: BenchSettings, arms: list[str], rou
             for label, tuning in tunings.items()
         ],
     }
+
+
+def bench_engine(
+    model: BenchModel,
+    settings: BenchSettings,
+    variant: str = "custom_voice",
+    warmup: int = 4,
+    arms: list[str] | None = None,
+    rounds: int = 1,
+    trace: Path | None = None,
+) -> dict:
+    """`voicewire bench-engine`: `model` loaded once, a warm-up stream of `warmup` frames (0: none),
+    then the run (`run_bench`), or with `arms` the A/B (`run_arms`, `rounds` times), or the run
+    traced into `trace` (`torch_trace`); returns the report. Bad arms are refused before loading."""
+    config = model.engine_config(settings.streams, variant)
+    if arms:
+        parse_arms(arms, rounds, config)
+    loaded = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)
+
+    async def bench() -> dict:
+        with Engine(loaded, config) as engine:
+            if warmup:  # first calls pay one-time costs (allocator, kernels)
+                await run_bench(engine, BenchSettings(streams=1, frames=warmup, text_rate=0))
+            freeze_startup_heap()  # as the engine's process of `voicewire serve` does
+            if arms:
+                return await run_arms(engine, settings, arms, rounds)
+            if trace is None:
+                return await run_bench(engine, settings)
+            with torch_trace(trace):
+                return await run_bench(engine, settings)
+
+    return asyncio.run(bench())

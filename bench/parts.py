@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from voicewire.bench.model import BenchModel
 from voicewire.engine.config import EngineConfig
 from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
@@ -208,3 +209,10 @@ def _profile(model: Qwen3TTS, config: EngineConfig, settings: PartsSettings, gen
         lambda: decoder.decode(list(range(b)), codes), device, settings.top
     )
     return tables
+
+
+def bench_model_parts(model: BenchModel, settings: PartsSettings) -> dict:
+    """`voicewire bench-parts`: `model` loaded for the largest batch, then `bench_parts`."""
+    config = model.engine_config(max(settings.batches))
+    loaded = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)
+    return bench_parts(loaded, config, settings)

@@ -51,6 +51,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
+from voicewire.bench.model import BenchModel
 from voicewire.server.protocol import BufferingSpec
 
 if TYPE_CHECKING:  # voicewire.engine brings torch, which the client processes do without
@@ -557,6 +558,68 @@ async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
     shares = process_shares(sessions_by_process(before), sessions_by_process(after))
     cores = cores_used(read_process_cpu(before), read_process_cpu(after), between_scrapes_s)
     return level_report(streams, load.frames, load.rate, level, engine, shares, server, cores, lookahead)
+
+
+def bench_service(
+    levels: list[int],
+    model: BenchModel,
+    url: str | None = None,
+    frames: int = 50,
+    text_rate: float = 8.0,
+    sessions_per_stream: int = 1,
+    chunks: tuple[int, ...] | None = None,
+    cancel_every: int = 4,
+    client_processes: int | None = None,
+) -> dict:
+    """`voicewire bench`: each level in turn against the server at `url`, or (None) one served in
+    this process on loopback, with `model`; returns the report. `client_processes` per level
+    (None: `default_client_processes`)."""
+    server = engine = None
+    if url is None:  # serve in this process, on loopback
+        import torch
+
+        from voicewire.engine import Engine
+        from voicewire.engine.runtime.gc_pauses import freeze_startup_heap
+        from voicewire.server.app import BackgroundServer, create_app
+        from voicewire.server.config import ServerConfig
+
+        engine = Engine.from_config(model.engine_config(max(levels)))
+        server_config = ServerConfig(max_sessions=max(levels) + 8, max_sessions_per_key=max(levels) + 8)
+        server = BackgroundServer(create_app(engine, server_config))
+        url = f"ws://127.0.0.1:{server.start()}"
+        freeze_startup_heap()  # as each process of `voicewire serve` does
+    try:
+        load = Load(url, frames, text_rate, first_speaker(url), sessions_per_stream, chunks, cancel_every)
+        results = []
+        for n in levels:
+            processes = client_processes or default_client_processes(n)
+            results.append(asyncio.run(bench_level(load, n, processes)))
+        device = "remote"
+        if engine is not None:
+            device = str(engine.model.device)
+            if engine.model.device.type == "cuda":
+                device = f"{device} ({torch.cuda.get_device_name(engine.model.device)})"
+        report = {
+            "url": url,
+            "device": device,
+            "model": str(engine.model.folder) if engine is not None else "remote",
+            "frames_per_stream": frames,
+            "text_rate_words_per_s": text_rate,
+            "sessions_per_stream": sessions_per_stream,
+            "chunks": list(chunks) if chunks else None,
+            "cancel_every": cancel_every,
+            "levels": results,
+        }
+        if engine is not None and engine.model.device.type == "cuda":
+            report["peak_gpu_memory_mb"] = round(
+                torch.cuda.max_memory_allocated(engine.model.device) / 2**20, 1
+            )
+    finally:
+        if server is not None:
+            server.stop()
+        if engine is not None:
+            engine.close()
+    return report
 
 
 def markdown(report: dict) -> str:

@@ -101,7 +101,7 @@ class ServerConfig:
     # trained weights (the tiny checkpoint makes noise), so it is a setting.
     word_lag_frames: int = 2
     # The voice library's folder (its SQLite file). None: user_data_dir(). A string, not a Path,
-    # so that the settings go to the workers as JSON (worker.py).
+    # so that the settings go to the workers as JSON (serving.py).
     data_dir: str | None = None
     voices: VoiceLimits = VoiceLimits()
 

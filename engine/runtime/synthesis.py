@@ -4,19 +4,26 @@ and the oracle tests use it; the server streams through the engine instead."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import soundfile as sf
 import torch
 
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.errors import EngineError
+from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model.prompt import build_prompt
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
+from voicewire.engine.runtime.cpu_threads import use_cpu_threads
 from voicewire.engine.runtime.frame_step import GenerationOptions
 from voicewire.engine.runtime.scheduler import Scheduler
 from voicewire.engine.runtime.segments import SegmentPolicy, TrackEntry
 from voicewire.engine.runtime.stream import SAMPLE_RATE, Stream
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -133,3 +140,33 @@ class _CodesCollector:
         self, stream: Stream, reason: str, frames: int, end_step: int, error: EngineError | None
     ) -> None:
         self.reason, self.error = reason, error
+
+
+def load_for_synthesis(model: str, device: str = "cpu", dtype: str = "float32") -> Qwen3TTS:
+    """A checkpoint (folder, repo id or 'tiny') loaded as `voicewire synth` runs it: the engine's
+    CPU threads, and its draw kernel on CUDA; no compiled pieces, since one offline synthesis
+    would spend longer compiling them than it saves."""
+    loaded = Qwen3TTS.load(model, device=device, dtype=dtype)
+    use_cpu_threads(loaded.device, EngineConfig.cpu_threads)
+    loaded.use_kernels(Kernels.resolve(EngineConfig(fuse_kernels=False), loaded.device))
+    if loaded.is_builtin_tiny:
+        log.warning("model 'tiny' is a random checkpoint: it exercises the pipeline but does not speak words")
+    return loaded
+
+
+def synthesize_to_file(
+    model: Qwen3TTS, request: SynthesisRequest, out: Path, codes_out: Path | None = None
+) -> SynthesisResult:
+    """`synthesize`, written to `out` (16-bit WAV, its folder made) and the codes to `codes_out` (.npy)."""
+    result = synthesize(model, request)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(out, result.audio, result.sample_rate, subtype="PCM_16")
+    if codes_out is not None:
+        np.save(codes_out, result.codes)
+    log.info(
+        "wrote %s: %d frames, %.2f s of audio",
+        out,
+        result.codes.shape[0],
+        len(result.audio) / result.sample_rate,
+    )
+    return result

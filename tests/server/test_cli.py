@@ -201,17 +201,6 @@ def test_voices_add_list_rm_and_say_with_the_voice(
     assert args.data_dir == tmp_path / "lib"
 
 
-def test_auto_profile_serves_the_real_model_only_with_a_gpu_and_the_model_in_reach() -> None:
-    from voicewire.server.cli import CONFIGS, DEFAULT_MODEL, choose_profile
-
-    profile, why = choose_profile(cuda=True, hub=True)
-    assert profile == CONFIGS / "gpu.yaml" and profile.is_file() and DEFAULT_MODEL in why
-    for cuda, reason in ((False, "no CUDA GPU"), (True, "neither cached nor reachable")):
-        profile, why = choose_profile(cuda=cuda, hub=False)
-        assert profile == CONFIGS / "cpu.yaml" and profile.is_file()
-        assert reason in why and "tiny checkpoint" in why and "noise, not words" in why
-
-
 def test_make_serves_auto_profile_is_the_cpu_one_here(caplog: pytest.LogCaptureFixture) -> None:
     """`make serve`'s `--config auto` on this machine (no GPU): the CPU profile, said in one line, and
     no network asked (the hub is only probed where a GPU could run the model)."""

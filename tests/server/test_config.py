@@ -55,7 +55,7 @@ def test_voice_limits_from_the_profile(tmp_path: Path) -> None:
 
 
 def test_the_settings_travel_to_workers_as_json(tmp_path: Path) -> None:
-    """worker.py sends the settings as JSON and reads them back with from_yaml."""
+    """serving.py sends the settings as JSON and reads them back with from_yaml."""
     config = ServerConfig(data_dir=str(tmp_path), voices=VoiceLimits(max_seconds=9), api_keys=("k",))
     again = ServerConfig.from_yaml(None, **json.loads(json.dumps(dataclasses.asdict(config))))
     assert again == config

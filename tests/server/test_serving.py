@@ -1,5 +1,6 @@
-"""Several server workers on one engine process: the worker app factory, and `voicewire serve
---workers 2` end to end (sessions on a shared engine, a clean stop that takes the engine along)."""
+"""How `voicewire serve` runs its processes: the profile `--config auto` picks, the worker app
+factory, and `voicewire serve --workers N` end to end (sessions on a shared engine, a clean stop
+that takes the engine along)."""
 
 import asyncio
 import contextlib
@@ -23,10 +24,41 @@ from tests.server.wsclient import WireClient
 from voicewire.engine import EngineConfig
 from voicewire.engine.runtime.engine_process import EngineProcess
 from voicewire.engine.runtime.metrics import read_process_cpu
-from voicewire.server import worker
+from voicewire.server import serving
 from voicewire.server.app import BackgroundServer
 from voicewire.server.config import ServerConfig
-from voicewire.server.worker import CRASH_LOOP_S, create_worker_app, worker_environment
+from voicewire.server.serving import (
+    CONFIGS,
+    CRASH_LOOP_S,
+    DEFAULT_MODEL,
+    WORKER_APP,
+    choose_profile,
+    create_worker_app,
+    worker_environment,
+)
+
+
+def test_auto_profile_serves_the_real_model_only_with_a_gpu_and_the_model_in_reach() -> None:
+    profile, why = choose_profile(cuda=True, hub=True)
+    assert profile == CONFIGS / "gpu.yaml" and profile.is_file() and DEFAULT_MODEL in why
+    for cuda, reason in ((False, "no CUDA GPU"), (True, "neither cached nor reachable")):
+        profile, why = choose_profile(cuda=cuda, hub=False)
+        assert profile == CONFIGS / "cpu.yaml" and profile.is_file()
+        assert reason in why and "tiny checkpoint" in why and "noise, not words" in why
+
+
+def test_the_cli_imports_no_prometheus_client_before_serve_names_its_metrics_folder() -> None:
+    """prometheus-client picks its multiprocess mode when first imported (server/metrics_dir.py):
+    the CLI, and this module with it, import it only once `serve` has set the folder."""
+    probe = "import sys, voicewire.server.cli; print('prometheus_client' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_the_workers_import_string_names_their_app_factory() -> None:
+    from uvicorn.importer import import_from_string
+
+    assert import_from_string(WORKER_APP) is create_worker_app
 
 
 async def _speak(url: str, text: str) -> tuple[str, int]:
@@ -43,7 +75,7 @@ async def _speak(url: str, text: str) -> tuple[str, int]:
 def test_a_worker_app_joins_the_engine_of_its_environment(tiny_checkpoints, monkeypatch) -> None:
     # A worker app stops its process when it loses the engine. Here that process is pytest's: a
     # failure before the app stops would end the whole run, unreported, once the engine closes.
-    monkeypatch.setattr(worker, "stop_this_process", lambda: None)
+    monkeypatch.setattr(serving, "stop_this_process", lambda: None)
     config = ServerConfig(max_contexts=2)
     with EngineProcess.start(
         EngineConfig(model=str(tiny_checkpoints["custom_voice"]), max_streams=4)
