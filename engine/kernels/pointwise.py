@@ -60,6 +60,8 @@ def configure_compiler() -> None:
 @fusable
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """Normalized in float32, cast back, then scaled: Qwen's order."""
+    if x.dtype == torch.float32:  # the casts would be no-ops, yet each a dispatch
+        return weight * F.rms_norm(x, (x.shape[-1],), eps=eps)
     normed = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=eps)
     return weight * normed.to(x.dtype)
 
@@ -109,8 +111,16 @@ def qk_norm_rope_store(
     cos/sin [B, T, d] float32. The caches must be whole (contiguous) tensors: written through a
     strided view, the compiled version would copy the whole cache around the write."""
     cos, sin = cos[:, None], sin[:, None]
-    q = rotate(rms_norm(q, q_weight, eps).transpose(1, 2), cos, sin).to(q.dtype)
-    k = rotate(rms_norm(k, k_weight, eps).transpose(1, 2), cos, sin).to(k.dtype)
+    if torch.compiler.is_compiling() or q.dtype != torch.float32:
+        q = rotate(rms_norm(q, q_weight, eps).transpose(1, 2), cos, sin).to(q.dtype)
+        k = rotate(rms_norm(k, k_weight, eps).transpose(1, 2), cos, sin).to(k.dtype)
+    else:
+        # Eager float32 (a CPU): each op costs a dispatch, which at a few rows outweighs the math,
+        # so q's and k's heads are normed and rotated together, with the same arithmetic per element.
+        heads = q.shape[2]
+        weight = torch.cat((q_weight.expand(heads, -1), k_weight.expand(k.shape[2], -1)))
+        qk = rotate(rms_norm(torch.cat((q, k), dim=2), weight, eps).transpose(1, 2), cos, sin)
+        q, k = qk[:, :heads], qk[:, heads:]
     rows = torch.arange(q.shape[0], device=q.device)[:, None]
     # Indices on dims 0 and 2 around a slice: the written block is [B, T, kv, d].
     k_cache[rows, :, positions] = k.transpose(1, 2)

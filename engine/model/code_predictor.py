@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voicewire.engine.kernels.choice import Kernels
-from voicewire.engine.model.layers import DecoderConfig, DecoderStack, KVCache
-from voicewire.engine.model.sampling import Draw, RowSampling, sample
+from voicewire.engine.model.layers import AttentionInputs, DecoderConfig, DecoderStack, KVCache
+from voicewire.engine.model.sampling import Draw, RowSampling, noise_key, sample_keyed
 
 
 @dataclass
@@ -82,8 +82,18 @@ class CodePredictor(nn.Module):
         )
         codes: list[Tensor] = []
         out = torch.empty(b, last + 1, dtype=torch.long, device=device) if kernels.fused_draw else None
+        # Eager draws: every draw's noise key [B, 15] in one pass, not a dozen small ops per draw.
+        # Eager layers: the attention inputs of the 14 steps at once, each step's as views.
+        step_inputs: list[AttentionInputs] | None = None
+        if not kernels.fused_layer:
+            made = self.model.attention_inputs(steps[:, :b].reshape(-1, 1), cache, x.dtype)
+            step_inputs = list(zip(*(t.view(last, b, *t.shape[1:]).unbind(0) for t in made), strict=True))
+        keys = None
+        if out is None and draw != Draw.GREEDY:
+            keys = noise_key(seed[:, None], counter[:, None] + torch.arange(1, last + 2, device=device))
+        inputs = None
         for k in range(last + 1):
-            logits = self.model.last_logits(x, positions, cache, self.lm_head[k])
+            logits = self.model.last_logits(x, positions, cache, self.lm_head[k], inputs)
             table = self.model.codec_embedding[k].weight if k < last else None
             if out is not None:
                 from voicewire.engine.kernels import (
@@ -94,11 +104,13 @@ class CodePredictor(nn.Module):
                     logits, params, seed, counter, k + 1, out[:, k], table, pdl=kernels.pdl
                 )
             else:
-                code = kernels.fuse(sample)(logits, params, seed, counter + k + 1, draw)
+                key = keys[:, k] if keys is not None else seed  # greedy draws need no noise
+                code = kernels.fuse(sample_keyed)(logits, params, key, draw)
                 row = None if table is None else F.embedding(code, table)
             codes.append(code)
             if row is None:
                 break
             x = self.small_to_mtp_projection(row)[:, None]
             positions = steps[k, :b]
+            inputs = step_inputs[k] if step_inputs is not None else None
         return out if out is not None else torch.stack(codes, dim=1)

@@ -125,10 +125,12 @@ class StackedLinear(nn.Linear):
     def __init__(self, in_features: int, parts: dict[str, int]) -> None:
         super().__init__(in_features, sum(parts.values()), bias=False)
         self.parts = dict(parts)
+        self.widths = list(parts.values())
 
     def split(self, y: Tensor) -> tuple[Tensor, ...]:
         """The output [..., sum of widths] as one view per part."""
-        return y.split(list(self.parts.values()), dim=-1)
+        # Tensor.split's Python wrapper costs more than the views at a frame's sizes.
+        return y.split_with_sizes(self.widths, dim=-1)
 
 
 def weight_parts(linear: nn.Linear) -> tuple[Tensor, ...]:
@@ -222,6 +224,9 @@ def few_row_attention(rows: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tenso
     weights = (scores - scores.amax(-1, keepdim=True)).exp()
     weights = weights / weights.sum(-1, keepdim=True)
     return torch.matmul(weights.to(v.dtype), v)
+
+
+AttentionInputs = tuple[Tensor, Tensor, Tensor]  # RoPE cos [B, T, d], sin [B, T, d], mask bias
 
 
 @pointwise.fusable
@@ -327,16 +332,23 @@ class DecoderStack(nn.Module):
 
         return fused_layer if fused_layer.applies(x, self.cfg) else None
 
-    def forward(self, x: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
-        """x [B, T, H] at positions [B, T] -> normed hidden states [B, T, H]."""
+    def attention_inputs(self, positions: Tensor, cache: KVCache, dtype: torch.dtype) -> AttentionInputs:
+        """The RoPE cos, sin and mask bias of rows at positions [B, T] over `cache` (`attention_inputs`)."""
+        groups = self.cfg.num_heads // self.cfg.num_kv_heads
+        return self.kernels.fuse(attention_inputs)(
+            positions, cache.cos, cache.sin, cache.length, groups, dtype
+        )
+
+    def forward(
+        self, x: Tensor, positions: Tensor, cache: KVCache, inputs: AttentionInputs | None = None
+    ) -> Tensor:
+        """x [B, T, H] at positions [B, T] -> normed hidden states [B, T, H]. `inputs`: this call's
+        `attention_inputs`, if the caller made them beforehand (ignored by the fused layers)."""
         fused = self._fused_layer(x)
         if fused is not None:
             return fused.stack_forward(self, x, positions, cache)
-        groups = self.cfg.num_heads // self.cfg.num_kv_heads
         span = cache.length
-        cos, sin, bias = self.kernels.fuse(attention_inputs)(
-            positions, cache.cos, cache.sin, span, groups, x.dtype
-        )
+        cos, sin, bias = inputs if inputs is not None else self.attention_inputs(positions, cache, x.dtype)
         delta = None
         for i, layer in enumerate(self.layers):
             x, delta = layer(x, delta, cos, sin, positions, bias, cache.k[i], cache.v[i], span)
@@ -344,13 +356,20 @@ class DecoderStack(nn.Module):
             return self.norm(x)
         return self.kernels.fuse(pointwise.add_rms_norm)(x, delta, self.norm.weight, self.norm.eps)[1]
 
-    def last_logits(self, x: Tensor, positions: Tensor, cache: KVCache, head: nn.Linear) -> Tensor:
+    def last_logits(
+        self,
+        x: Tensor,
+        positions: Tensor,
+        cache: KVCache,
+        head: nn.Linear,
+        inputs: AttentionInputs | None = None,
+    ) -> Tensor:
         """The last position's logits [B, V] through `head`, for x [B, T, H] at positions [B, T].
         On the fused path, with a bias-free head, the final norm runs inside the head's GEMV."""
         fused = self._fused_layer(x)
         if fused is not None and head.bias is None:
             return fused.stack_last_logits(self, x, positions, cache, head.weight)
-        return head(self(x, positions, cache)[:, -1])
+        return head(self(x, positions, cache, inputs)[:, -1])
 
 
 def scaled_init_(module: nn.Module, gen: torch.Generator) -> None:

@@ -175,12 +175,22 @@ def _mix32(x: Tensor) -> Tensor:
     return (x >> 16) ^ x
 
 
+def noise_key(seed: Tensor, counter: Tensor) -> Tensor:
+    """The noise key of each (seed, counter) pair (elementwise, any shape): a draw's noise is a
+    hash of its key and the token id."""
+    return _mix32((seed & _MASK32) ^ _mix32(((seed >> 32) & _MASK32) ^ _mix32(counter & _MASK32)))
+
+
 def uniform_noise(seed: Tensor, counter: Tensor, ids: Tensor | int) -> Tensor:
     """Uniform (0, 1) noise, a pure function of each row's seed [B], counter [B] and token id:
     for ids [B, C] -> [B, C], or for all ids below an int V -> [B, V]."""
-    key = _mix32((seed & _MASK32) ^ _mix32(((seed >> 32) & _MASK32) ^ _mix32(counter & _MASK32)))
+    return keyed_noise(noise_key(seed, counter), ids)
+
+
+def keyed_noise(key: Tensor, ids: Tensor | int) -> Tensor:
+    """`uniform_noise` from the rows' noise keys [B]."""
     if isinstance(ids, int):
-        ids = torch.arange(ids, device=seed.device, dtype=torch.long)[None]
+        ids = torch.arange(ids, device=key.device, dtype=torch.long)[None]
     return unit_interval(_mix32((key[:, None] + ids * _GOLDEN) & _MASK32) >> 9)
 
 
@@ -191,12 +201,12 @@ def unit_interval(bits: Tensor) -> Tensor:
 
 
 @torch.compiler.disable
-def _filter_all(logits: Tensor, params: RowSampling, seed: Tensor, counter: Tensor) -> tuple[Tensor, Tensor]:
+def _filter_all(logits: Tensor, params: RowSampling, key: Tensor) -> tuple[Tensor, Tensor]:
     """The full draw's filtered logits and noise over the whole vocabulary [B, V]. Eager even
     when `sample` runs compiled: the full draw is rare (top-k off or above the cap), inductor
     turns its id range into int32 index arithmetic where the hash's 32-bit constants overflow,
     and it splits the vocabulary softmax."""
-    return _filter(logits, params), uniform_noise(seed, counter, logits.shape[-1])
+    return _filter(logits, params), keyed_noise(key, logits.shape[-1])
 
 
 @pointwise.fusable
@@ -205,14 +215,23 @@ def sample(
 ) -> Tensor:
     """logits [B, V] -> ids [B]. Rows with do_sample draw with noise keyed by (seed, counter) [B];
     the others take the argmax. `draw` (chosen on the host, see `Draw`) bounds what is looked at."""
+    if draw == Draw.GREEDY:
+        return logits.argmax(dim=-1)
+    return sample_keyed(logits, params, noise_key(seed, counter), draw)
+
+
+@pointwise.fusable
+def sample_keyed(logits: Tensor, params: RowSampling, key: Tensor, draw: Draw = Draw.FULL) -> Tensor:
+    """`sample` with the rows' noise keys [B] (`noise_key`) made beforehand: a caller that draws
+    several times per step makes all its keys in one pass."""
     greedy = logits.argmax(dim=-1)
     if draw == Draw.GREEDY:
         return greedy
     if draw == Draw.TOP_K:
         filtered, ids = _filter_best(logits.float(), params)
-        noise = uniform_noise(seed, counter, ids)
+        noise = keyed_noise(key, ids)
     else:
-        filtered, noise = _filter_all(logits.float(), params, seed, counter)
+        filtered, noise = _filter_all(logits.float(), params, key)
     # Gumbel race: argmax of log p + G, G = -log(-log U), is a draw from p.
     race = filtered - torch.log(-torch.log(noise))
     won = race.argmax(dim=-1)

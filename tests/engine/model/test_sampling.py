@@ -10,7 +10,9 @@ from voicewire.engine.model.sampling import (
     SamplingParams,
     apply_repetition_penalty,
     mask_ids,
+    noise_key,
     sample,
+    sample_keyed,
     uniform_noise,
     unit_interval,
 )
@@ -62,6 +64,26 @@ def test_noise_is_uniform_and_keyed() -> None:
     assert torch.equal(uniform_noise(_keys(5), _keys(1), 50_000)[0], u[1])
     # Negative and 63-bit seeds are fine.
     assert uniform_noise(_keys(-3, 2**63 - 1), _keys(0, 2**40), 8).isfinite().all()
+
+
+def test_keys_made_at_once_draw_as_each_draw_alone() -> None:
+    # The code predictor makes its 15 draws' keys in one pass [B, 15]: column k equals the key of
+    # (seed, counter k) alone, and keyed draws equal `sample`'s, bit for bit.
+    torch.manual_seed(3)
+    logits = torch.randn(3, 2048)
+    seeds, counters = _keys(7, -3, 2**62), torch.tensor([0, 16, 2**40 + 32])
+    keys = noise_key(seeds[:, None], counters[:, None] + torch.arange(1, 16))
+    mixed = RowSampling(
+        torch.tensor([True, False, True]),
+        torch.tensor([0.9, 1.0, 0.5]),
+        torch.tensor([50, 0, 3]),
+        torch.tensor([1.0, 1.0, 0.8]),
+    )
+    for k in range(15):
+        assert torch.equal(keys[:, k], noise_key(seeds, counters + k + 1))
+        for draw in Draw:
+            expected = sample(logits, mixed, seeds, counters + k + 1, draw)
+            assert torch.equal(sample_keyed(logits, mixed, keys[:, k], draw), expected)
 
 
 def test_noise_never_reaches_zero_or_one() -> None:
