@@ -10,12 +10,17 @@ at once. In one process with a server they queue behind the event loop's socket,
 work; in their own process nothing else holds their interpreter. And several server processes
 can share one engine, so sockets and Opus are no longer held to one interpreter either.
 
-    server event loop --requests--> socket --> reader thread (one per server) --> Engine, streams
+    server event loop -> outbox -> writer thread --requests, batched--> socket
+        --> reader thread (one per server) --> Engine, streams
     server reader thread <--events, batched-- socket <-- sender thread (one per server) <-- streams
 
-Requests are sent as they happen. Events (chunks, results, replies) are batched by whatever piled
-up while the last batch was being written, so a decoder round's chunks are one message; each batch
-carries the engine's count of live streams, so every server's capacity check sees the whole engine.
+Both directions are batched. Requests (opens, text, marks, calls) go into an outbox, which a writer
+thread sends once per event-loop iteration (or as soon as it has written the last batch), in order,
+with each stream's latest acknowledgement beside them: the engine process reads one message per
+batch rather than one per request (its reader threads share one GIL with the scheduler). Events
+(chunks, results, replies) are batched by whatever piled up while the last batch was being written,
+so a decoder round's chunks are one message; each batch carries the engine's count of live
+streams, so every server's capacity check sees the whole engine.
 Voices are made in a thread of their own in the engine process, so a reference audio's x-vector
 holds up no server's stream requests.
 """
@@ -94,12 +99,6 @@ class _Text:
 class _Mark:
     stream_id: int
     verb: str  # flush, end or cancel
-
-
-@dataclass(frozen=True)
-class _Acknowledge:
-    stream_id: int
-    consumed_samples: int
 
 
 @dataclass(frozen=True)
@@ -248,15 +247,11 @@ class _Client:
     def _read_loop(self) -> None:
         while True:
             try:
-                request = _read(self.conn)
-            except (EOFError, OSError):
+                requests, acknowledged = _read(self.conn)
+            except (EOFError, OSError):  # EOF mid-message too: the server died while writing
                 break
-            if isinstance(request, _Bye):
+            if not self._handle_batch(requests, acknowledged):
                 break
-            try:
-                self._handle(request)
-            except Exception:  # a bug here must not take the other clients' streams down
-                log.exception("engine process: request %s from %s failed", type(request).__name__, self.name)
         self._gone = True
         self._pending.set()
         self._roster.clients.remove(self)
@@ -266,6 +261,22 @@ class _Client:
             log.info("%s disconnected: cancelled its %d streams", self.name, len(self.streams))
         self.conn.close()
 
+    def _handle_batch(self, requests: list[object], acknowledged: dict[int, int]) -> bool:
+        """One batch from the server (`_Outbox`): its requests in order, then each stream's latest
+        count of samples consumed. False at a `_Bye`."""
+        for request in requests:
+            if isinstance(request, _Bye):
+                return False
+            try:
+                self._handle(request)
+            except Exception:  # a bug here must not take the other clients' streams down
+                log.exception("engine process: request %s from %s failed", type(request).__name__, self.name)
+        for stream_id, consumed_samples in acknowledged.items():
+            stream = self.streams.get(stream_id)
+            if stream is not None:  # else finished here while the server was still reading it
+                stream.acknowledge(consumed_samples)
+        return True
+
     def _handle(self, request: object) -> None:
         if isinstance(request, _Call):
             # Off this thread: an x-vector takes a while, and this thread carries every request
@@ -273,15 +284,13 @@ class _Client:
             self._voices.submit(lambda: self.post(self._call(request)))
         elif isinstance(request, _Open):
             self._open(request)
-        elif isinstance(request, _Text | _Mark | _Acknowledge):
+        elif isinstance(request, _Text | _Mark):
             stream = self.streams.get(request.stream_id)
             if stream is None:
                 return  # finished here while the server was still talking to it
             try:
                 if isinstance(request, _Text):
                     stream.push_text(request.text)
-                elif isinstance(request, _Acknowledge):
-                    stream.acknowledge(request.consumed_samples)
                 elif request.verb == "flush":
                     stream.flush()
                 elif request.verb == "end":
@@ -386,6 +395,106 @@ def _child_main(
 # --- the parent --------------------------------------------------------------------------------
 
 
+class _Outbox:
+    """A server's requests to the engine process, written in batches by a thread of its own.
+
+    Callers (the event loop) only append, so a full pipe stalls the writer and never the loop; the
+    writer sends whatever piled up since its last write as one message, `(requests, acknowledged)`.
+    An event loop wakes the writer once per iteration, from a callback at the start of the next
+    one, so that what one iteration puts (a decoder round's acknowledgements, a burst of opens) is
+    one message: woken at once, the writer would take the GIL whenever the loop let go of it (at
+    each socket send) and write a few requests at a time. Requests keep the order they were put
+    in. Acknowledgements are absolute counts (the stream keeps the largest), so each stream's
+    latest stands for all of its earlier ones; they travel in a dict beside the requests and are
+    applied after them."""
+
+    def __init__(self, conn: Connection, refused: Callable[[object, Exception], None]) -> None:
+        self._conn = conn
+        self._refused = refused  # told of a request that cannot be pickled, which is dropped
+        self._lock = threading.Lock()
+        self._requests: list[object] = []
+        self._acknowledged: dict[int, int] = {}
+        self._pending = threading.Event()
+        self._waking: asyncio.AbstractEventLoop | None = None  # the loop whose callback will wake it
+        self._closed = False
+        self._writer = threading.Thread(target=self._write_loop, name="voicewire-engine-writer", daemon=True)
+
+    def start(self) -> _Outbox:
+        self._writer.start()
+        return self
+
+    def put(self, request: object) -> None:
+        with self._lock:
+            if self._closed:
+                return  # the engine process is gone; its reader failed the streams
+            self._requests.append(request)
+        self._wake()
+
+    def acknowledge(self, stream_id: int, consumed_samples: int) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._acknowledged[stream_id] = consumed_samples
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not in a loop: at once
+            self._pending.set()
+            return
+        if self._waking is not loop:
+            self._waking = loop
+            loop.call_soon(self._wake_now)
+
+    def _wake_now(self) -> None:
+        self._waking = None
+        self._pending.set()
+
+    def wake_if_stalled(self) -> None:
+        """A loop that stopped before its waking callback ran (closed, say) leaves requests
+        waiting for the next caller; the reader thread calls this with every batch it reads."""
+        loop = self._waking
+        if loop is not None and not loop.is_running():
+            self._pending.set()
+
+    def close(self) -> None:
+        """Write what was put so far, then stop."""
+        with self._lock:
+            self._closed = True
+        self._pending.set()
+
+    def _write_loop(self) -> None:
+        closed = False
+        while not closed:
+            self._pending.wait()
+            with self._lock:
+                requests, self._requests = self._requests, []
+                acknowledged, self._acknowledged = self._acknowledged, {}
+                self._pending.clear()
+                closed = self._closed
+            if not (requests or acknowledged):
+                continue
+            try:
+                self._conn.send_bytes(self._pickle(requests, acknowledged))
+            except (OSError, ValueError):  # the engine process is gone; the reader fails the streams
+                return
+
+    def _pickle(self, requests: list[object], acknowledged: dict[int, int]) -> bytes:
+        try:
+            return pickle.dumps((requests, acknowledged), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # one bad request (a call's arguments) must not take the batch with it
+            kept = []
+            for request in requests:
+                try:
+                    pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception as exc:
+                    self._refused(request, exc)
+                else:
+                    kept.append(request)
+            return pickle.dumps((kept, acknowledged), protocol=pickle.HIGHEST_PROTOCOL)
+
+
 class _RemoteControl:
     """A handle's requests, sent to its stream in the engine process."""
 
@@ -406,7 +515,15 @@ class _RemoteControl:
         self._engine._send(_Mark(self._id, "cancel"))
 
     def acknowledge(self, consumed_samples: int) -> None:
-        self._engine._send(_Acknowledge(self._id, consumed_samples))
+        self._engine._outbox.acknowledge(self._id, consumed_samples)
+
+
+def _fail(stream: StreamHandle, error: StreamFailed) -> None:
+    result = StreamResult("error", 0, 0, stream.consumed_samples, -1, error)
+    try:
+        stream.loop.call_soon_threadsafe(stream.finish, result)
+    except RuntimeError:  # that loop is closed: nobody is listening any more
+        pass
 
 
 def _deliver_all(items: list[tuple[StreamHandle, object]]) -> None:
@@ -490,7 +607,6 @@ class EngineProcess:
         self.authkey = authkey
         self._owner = owner
         self._restarts = restarts
-        self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._streams: dict[int, StreamHandle] = {}
         self._calls: dict[int, concurrent.futures.Future] = {}
@@ -513,6 +629,7 @@ class EngineProcess:
         self.info = first.info
         self.config: EngineConfig = first.config
         self._conn = conn
+        self._outbox = _Outbox(conn, self._refused).start()
         # The engine's live streams as of its last message, and the streams opened here since.
         self._engine_live = first.live_streams
         self._opened_since_report = 0
@@ -633,12 +750,19 @@ class EngineProcess:
         return await asyncio.wait_for(asyncio.wrap_future(future), CALL_TIMEOUT_S)
 
     def _send(self, request: object) -> None:
-        try:
-            with self._send_lock:
-                _write(self._conn, request)
-        except (OSError, ValueError) as exc:  # the child is gone; the reader fails its streams
-            if self._lost is None:
-                log.error("could not reach the engine process: %s", exc)
+        self._outbox.put(request)
+
+    def _refused(self, request: object, error: Exception) -> None:
+        """In the writer thread: `request` could not be pickled and was not sent."""
+        if isinstance(request, _Call):
+            future = self._calls.pop(request.call_id, None)
+            if future is not None:
+                future.set_exception(error)
+            return
+        log.error("could not send %s to the engine process: %s", type(request).__name__, error)
+        stream = self._streams.pop(getattr(request, "stream_id", -1), None)
+        if stream is not None:  # the engine process never heard of it, or not all of it
+            _fail(stream, StreamFailed(f"could not send it to the engine process: {error}"))
 
     def _read_loop(self) -> None:
         try:
@@ -666,8 +790,10 @@ class EngineProcess:
                         pass
                 if freed:  # after the counts above, which open_stream checks
                     self._slot_freed()
+                self._outbox.wake_if_stalled()
         except (EOFError, OSError):
             pass
+        self._outbox.close()
         self._engine_live = 0
         self._fail_all("the engine was closed" if self._closing else "the engine process exited")
         self._slot_freed()  # waiters for a slot try again and hear that the engine is away
@@ -761,13 +887,8 @@ class EngineProcess:
                 future.set_exception(StreamFailed(reason))
         for stream_id in list(self._streams):
             stream = self._streams.pop(stream_id, None)
-            if stream is None:
-                continue
-            result = StreamResult("error", 0, 0, stream.consumed_samples, -1, StreamFailed(reason))
-            try:
-                stream.loop.call_soon_threadsafe(stream.finish, result)
-            except RuntimeError:
-                pass
+            if stream is not None:
+                _fail(stream, StreamFailed(reason))
 
     def close(self) -> None:
         """Disconnect (the engine process cancels this connection's streams); the owner also stops
@@ -778,6 +899,7 @@ class EngineProcess:
         owner = self._owner
         if owner is None:
             self._send(_Bye())
+            self._outbox.close()  # written now: the wait below may be in the loop that would wake it
             self._reader.join(timeout=CLOSE_TIMEOUT_S)  # it sees the engine process hang up
             self._conn.close()
             return

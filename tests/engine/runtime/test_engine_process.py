@@ -1,12 +1,16 @@
 """The engine in its own process, beyond the contract both engines share (test_contract.py): the
-same audio as in this process, several servers on one engine, its key, and a child that dies."""
+same audio as in this process, several servers on one engine, its key, a child that dies, and
+requests that cross in batches."""
 
 import asyncio
 import multiprocessing
 import os
 import pickle
 import signal
+import struct
+import threading
 import time
+from multiprocessing.connection import Client, Connection
 
 import numpy as np
 import pytest
@@ -21,7 +25,19 @@ from voicewire.engine.errors import (
 from voicewire.engine.model.checkpoint import CheckpointError
 from voicewire.engine.model.prompt import Voice
 from voicewire.engine.runtime.engine import Engine
-from voicewire.engine.runtime.engine_process import EngineProcess, RestartPolicy
+from voicewire.engine.runtime.engine_process import (
+    EngineProcess,
+    RestartPolicy,
+    _Call,
+    _Chunk,
+    _Finished,
+    _Mark,
+    _Open,
+    _Outbox,
+    _Ready,
+    _Reply,
+    _Text,
+)
 from voicewire.engine.runtime.stream import StreamResult
 
 TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun."
@@ -30,7 +46,10 @@ GREEDY = StreamOptions(greedy=True, max_frames=30, suppress_eos=True)
 
 @pytest.fixture(scope="module")
 def config(tiny_checkpoints) -> EngineConfig:
-    return EngineConfig(model=str(tiny_checkpoints["custom_voice"]), max_streams=3, kv_length=256)
+    # One second of buffered audio: the 30-frame streams (2.4 s) go on only as they are acknowledged.
+    return EngineConfig(
+        model=str(tiny_checkpoints["custom_voice"]), max_streams=3, kv_length=256, max_buffered_seconds=1.0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +108,12 @@ def test_a_second_server_shares_the_engine_and_its_streams_end_with_it(remote: E
         np.testing.assert_array_equal(ours.codes, theirs.codes)
         asyncio.run(hold_every_slot(other))
     # Gone: the engine cancelled its three streams, so every slot is free again.
+    _fill_every_slot(remote)
+    assert remote.healthy
+
+
+def _fill_every_slot(remote: EngineProcess) -> None:
+    """Speak in all three slots at once, as soon as they are free (within 30 s)."""
 
     async def fill():
         streams = [remote.open_stream(await remote.voice(speaker="ryan"), GREEDY) for _ in range(3)]
@@ -103,7 +128,6 @@ def test_a_second_server_shares_the_engine_and_its_streams_end_with_it(remote: E
             assert time.monotonic() < deadline, "the disconnected server's streams kept their slots"
             time.sleep(0.2)
     assert [h.codes.shape for h in heard] == [(30, 16)] * 3
-    assert remote.healthy
 
 
 def test_a_slot_freed_by_one_server_wakes_a_waiter_in_another(remote: EngineProcess) -> None:
@@ -232,3 +256,187 @@ def test_engine_errors_keep_their_code_across_processes() -> None:
     assert error.code == "custom_code" and error.message == "too slow"
     full = pickle.loads(pickle.dumps(EngineFull("no slots")))
     assert type(full) is EngineFull and full.code == "engine_full"
+
+
+# --- requests in batches -----------------------------------------------------------------------
+
+
+def test_requests_put_together_go_as_one_message_in_order_with_each_streams_last_acknowledgement() -> None:
+    ours, theirs = multiprocessing.Pipe()
+    outbox = _Outbox(ours, lambda request, error: None)
+    requests = [
+        _Open(1, Voice(speaker="ryan"), GREEDY),
+        _Text(1, "Hello"),
+        _Text(2, "there"),
+        _Mark(1, "flush"),
+        _Mark(2, "cancel"),
+        _Call(7, "voice", (), {"speaker": "ryan"}),
+        _Text(1, "again"),
+    ]
+    for request, ack in zip(
+        requests, [None, (1, 1920), (2, 960), None, (1, 3840), None, (1, 5760)], strict=True
+    ):
+        outbox.put(request)
+        if ack is not None:
+            outbox.acknowledge(*ack)
+    outbox.start()  # the writer finds all of them waiting
+    assert theirs.poll(5)
+    assert pickle.loads(theirs.recv_bytes()) == (requests, {1: 5760, 2: 960})
+    assert not theirs.poll(0.2)
+    outbox.put(_Mark(1, "end"))
+    outbox.close()  # what was put before goes out; nothing after
+    outbox.put(_Text(1, "late"))
+    outbox.acknowledge(1, 7680)
+    assert pickle.loads(theirs.recv_bytes()) == ([_Mark(1, "end")], {})
+    assert not theirs.poll(0.2)
+
+
+def test_what_one_loop_iteration_puts_is_one_message() -> None:
+    ours, theirs = multiprocessing.Pipe()
+    outbox = _Outbox(ours, lambda request, error: None).start()
+    requests = [r for i in range(50) for r in (_Open(i, Voice(speaker="ryan"), GREEDY), _Text(i, "Hi."))]
+
+    async def one_iteration() -> None:
+        for i, request in enumerate(requests):
+            outbox.put(request)
+            outbox.acknowledge(i % 3, i)
+        assert not theirs.poll(0.2)  # the writer is woken by the loop's next iteration, not before
+        await asyncio.sleep(0)
+
+    asyncio.run(one_iteration())
+    assert theirs.poll(5)
+    assert pickle.loads(theirs.recv_bytes()) == (requests, {0: 99, 1: 97, 2: 98})
+    assert not theirs.poll(0.2)
+    outbox.close()
+
+
+def test_requests_left_by_a_loop_that_stopped_are_written_when_the_reader_looks() -> None:
+    ours, theirs = multiprocessing.Pipe()
+    outbox = _Outbox(ours, lambda request, error: None).start()
+    loop = asyncio.new_event_loop()
+    loop.call_soon(lambda: (outbox.put(_Mark(1, "cancel")), loop.stop()))
+    loop.run_forever()  # stops before the iteration that would wake the writer
+    loop.close()
+    assert not theirs.poll(0.2)
+    outbox.wake_if_stalled()  # the connection's reader, as the engine's next events come
+    assert theirs.poll(5) and pickle.loads(theirs.recv_bytes()) == ([_Mark(1, "cancel")], {})
+    outbox.close()
+
+
+def test_a_request_that_cannot_be_pickled_is_refused_and_the_rest_of_its_batch_goes() -> None:
+    ours, theirs = multiprocessing.Pipe()
+    refused: list[tuple[object, type]] = []
+    outbox = _Outbox(ours, lambda request, error: refused.append((request, type(error))))
+    bad = _Call(3, "check_voice", (threading.Lock(),), {})
+    for request in [_Text(1, "a"), bad, _Text(1, "b")]:
+        outbox.put(request)
+    outbox.start()
+    assert pickle.loads(theirs.recv_bytes()) == ([_Text(1, "a"), _Text(1, "b")], {})
+    assert refused == [(bad, TypeError)]
+    outbox.close()
+
+
+def test_a_call_or_stream_that_cannot_be_sent_fails_with_the_reason(remote: EngineProcess) -> None:
+    unpicklable = Voice(speaker=threading.Lock())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cannot pickle"):
+        asyncio.run(remote.check_voice(unpicklable))
+
+    async def open_it() -> StreamResult:
+        stream = remote.open_stream(unpicklable, GREEDY)
+        with pytest.raises(StreamFailed, match="could not send it to the engine process: cannot pickle"):
+            await asyncio.wait_for(collect(stream), 10)
+        return await stream.wait()
+
+    assert asyncio.run(open_it()).reason == "error"
+    assert asyncio.run(_speak_one(remote)).codes.shape == (30, 16) and remote.healthy
+
+
+def _join(remote: EngineProcess) -> Connection:
+    """A server of our own on the wire: batches written by hand, events read as they come."""
+    conn = Client(remote.address, family="AF_UNIX", authkey=remote.authkey)
+    assert isinstance(pickle.loads(conn.recv_bytes()), _Ready)
+    return conn
+
+
+def _events(conn: Connection, until, timeout: float = 30) -> list[object]:
+    events: list[object] = []
+    deadline = time.monotonic() + timeout
+    while not until(events):
+        assert conn.poll(max(0.0, deadline - time.monotonic())), f"timed out; heard {events}"
+        _, batch = pickle.loads(conn.recv_bytes())
+        events.extend(batch)
+    return events
+
+
+def _samples(events: list[object], stream_id: int) -> int:
+    return sum(e.chunk.pcm.shape[0] for e in events if isinstance(e, _Chunk) and e.stream_id == stream_id)
+
+
+def _finished(events: list[object]) -> dict[int, StreamResult]:
+    return {e.stream_id: e.result for e in events if isinstance(e, _Finished)}
+
+
+def test_one_batch_opens_speaks_cancels_and_calls_in_order(remote: EngineProcess) -> None:
+    async def as_a_handle_speaks():
+        voice = await remote.voice(speaker="serena")
+        return voice, await speak(remote.open_stream(voice, GREEDY), [TEXT[:30], TEXT[30:]])
+
+    voice, expected = asyncio.run(as_a_handle_speaks())
+    long = StreamOptions(max_frames=10_000, suppress_eos=True)
+    requests = [
+        _Open(1, voice, GREEDY),
+        _Text(1, TEXT[:30]),
+        _Text(1, TEXT[30:]),
+        _Mark(1, "end"),
+        _Open(2, voice, long),
+        _Text(2, TEXT),
+        _Mark(2, "cancel"),
+        _Call(3, "check_voice", (voice,), {}),
+        _Text(9, "a stream the engine does not know"),
+    ]
+    conn = _join(remote)
+    try:
+        # Stream 1's acknowledgement comes with its open: all of its audio, read ahead of time.
+        conn.send_bytes(pickle.dumps((requests, {1: 30 * 1920})))
+        events = _events(
+            conn, lambda heard: len(_finished(heard)) == 2 and any(isinstance(e, _Reply) for e in heard)
+        )
+    finally:
+        conn.close()
+    results = _finished(events)
+    assert results[1].reason == "max_frames" and results[1].samples_generated == 30 * 1920
+    assert results[2].reason == "cancelled"
+    assert [e for e in events if isinstance(e, _Reply)] == [_Reply(3, None, None)]
+    chunks = [e.chunk for e in events if isinstance(e, _Chunk) and e.stream_id == 1]
+    np.testing.assert_array_equal(np.concatenate([c.codes for c in chunks]), expected.codes)
+    assert [c.text for c in chunks] == [c.text for c in expected.chunks]
+
+
+def test_acknowledgements_in_a_batch_let_a_stream_read_ahead_go_on(remote: EngineProcess) -> None:
+    voice = asyncio.run(remote.voice(speaker="serena"))
+    conn = _join(remote)
+    try:
+        conn.send_bytes(pickle.dumps(([_Open(1, voice, GREEDY), _Text(1, TEXT), _Mark(1, "end")], {})))
+        events = _events(conn, lambda heard: _samples(heard, 1) >= 24_000)  # one second buffered
+        while conn.poll(1.0):  # until it stops for want of a reader
+            events.extend(pickle.loads(conn.recv_bytes())[1])
+        assert 24_000 <= _samples(events, 1) < 30 * 1920 and not _finished(events)
+        conn.send_bytes(pickle.dumps(([], {1: 30 * 1920})))
+        events += _events(conn, lambda heard: 1 in _finished(heard))
+    finally:
+        conn.close()
+    assert _samples(events, 1) == 30 * 1920 and _finished(events)[1].reason == "max_frames"
+
+
+def test_a_server_that_dies_mid_batch_has_its_streams_cancelled(remote: EngineProcess) -> None:
+    voice = asyncio.run(remote.voice(speaker="ryan"))
+    long = StreamOptions(max_frames=10_000, suppress_eos=True)
+    opens = [r for i in (1, 2, 3) for r in (_Open(i, voice, long), _Text(i, TEXT))]
+    conn = _join(remote)
+    conn.send_bytes(pickle.dumps((opens, {})))
+    _until(lambda: remote.live_streams == 3, 30)  # every server hears that the engine is full
+    # Half a message, then gone: the length says 1,000 bytes, 7 come.
+    os.write(conn.fileno(), struct.pack("!i", 1000) + b"partial")
+    conn.close()
+    _until(lambda: remote.live_streams < 3, 30)  # ... and that it is full no more
+    _fill_every_slot(remote)
