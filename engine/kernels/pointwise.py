@@ -133,19 +133,30 @@ def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
     return F.silu(gate) * up
 
 
-def snake_beta(x: Tensor, log_alpha: Tensor, log_beta: Tensor, bias: Tensor | None = None) -> Tensor:
+def snake_beta(
+    x: Tensor, log_alpha: Tensor, log_beta: Tensor, bias: Tensor | None = None, out: Tensor | None = None
+) -> Tensor:
     """The codec decoder's activation on time-major x [B, T, C]: x + sin²(x·e^alpha) / e^beta per
-    channel, of x + `bias` [C] if given (the bias of the conv before it). Eager it is five passes
-    over the decoder's largest tensors; with `Kernels.fused_snake`, `fused_snake` does it in one."""
+    channel, of x + `bias` [C] if given (the bias of the conv before it), written into `out` if
+    given. Eager it is five passes over the decoder's largest tensors, made in place in one new
+    tensor (fresh pages of a large tensor cost a CPU as much as a pass); with
+    `Kernels.fused_snake`, `fused_snake` does it in one."""
     if bias is not None:
         x = x + bias
-    return x + (1.0 / (log_beta.exp() + 1e-9)) * torch.sin(x * log_alpha.exp()).pow(2)
+    y = torch.mul(x, log_alpha.exp(), out=out) if out is not None else x * log_alpha.exp()
+    # The same arithmetic per element as x + (1 / (e^beta + 1e-9)) * sin(...)^2: products and sums
+    # commute exactly.
+    return y.sin_().pow_(2).mul_(1.0 / (log_beta.exp() + 1e-9)).add_(x)
 
 
 def snake_beta_after(context: Tensor, x: Tensor, log_alpha: Tensor, log_beta: Tensor) -> Tensor:
     """[context, snake_beta(x)] along time ([B, c, C] and [B, T, C]): the input of the causal conv
-    after the activation."""
-    return torch.cat([context, snake_beta(x, log_alpha, log_beta)], dim=1)
+    after the activation, the activation written in place after the context."""
+    c = context.shape[1]
+    full = x.new_empty(x.shape[0], c + x.shape[1], x.shape[2])
+    full[:, :c] = context
+    snake_beta(x, log_alpha, log_beta, out=full[:, c:])
+    return full
 
 
 @fusable
