@@ -110,16 +110,16 @@ def test_the_code_predictor_draws_as_its_kernels_say(
     tiny_checkpoints, monkeypatch: pytest.MonkeyPatch, fused: bool
 ) -> None:
     """With `fused_draw`, each of the 15 draws is the Triton kernel (its interpreter without a GPU),
-    else `sampling.sample`; both give the same greedy codes."""
+    else `sampling.sample_keyed`; both give the same greedy codes."""
     # Where there is a GPU, Triton compiles for it and takes no CPU tensors.
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = Qwen3TTS.load(tiny_checkpoints["custom_voice"], device=device)
     model.use_kernels(Kernels(fused_draw=fused))
     predictor = model.talker.code_predictor
     calls: list[int] = []
-    kernel, sample = fused_draw.draw, code_predictor.sample
+    kernel, sample = fused_draw.draw, code_predictor.sample_keyed
     monkeypatch.setattr(fused_draw, "draw", lambda *a, **k: calls.append(1) or kernel(*a, **k))
-    monkeypatch.setattr(code_predictor, "sample", lambda *a, **k: calls.append(0) or sample(*a, **k))
+    monkeypatch.setattr(code_predictor, "sample_keyed", lambda *a, **k: calls.append(0) or sample(*a, **k))
     hidden = model.talker.cfg.decoder.hidden_size
     x = torch.randn(2, hidden, generator=torch.Generator().manual_seed(3)).to(device)
     zeros = torch.zeros(2, dtype=torch.long, device=device)
