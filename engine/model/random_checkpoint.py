@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 VARIANTS = ("base", "custom_voice", "voice_design")
 SIZES = ("tiny", "0.6b", "1.7b")
+# What a process that loaded `--model tiny` says once: its audio is noise, by design.
+TINY_WARNING = "model 'tiny' is a random checkpoint: it exercises the pipeline but does not speak words"
 
 # Codec control ids as in the released checkpoints' config.json (`talker_config`).
 CODEC_IDS = {

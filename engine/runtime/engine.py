@@ -28,6 +28,7 @@ from voicewire.engine.errors import InvalidOptions, InvalidVoice
 from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model.prompt import Voice, check_voice, supported_languages
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
+from voicewire.engine.model.random_checkpoint import TINY_WARNING
 from voicewire.engine.runtime.backend import TalkerBackend
 from voicewire.engine.runtime.cpu_threads import use_cpu_threads
 from voicewire.engine.runtime.decode_stage import DecoderStage
@@ -173,9 +174,7 @@ class Engine:
         model = Qwen3TTS.load(config.model, device=config.device, dtype=config.dtype)
         log.info("loaded %s on %s in %.1f s", model.folder, model.device, time.monotonic() - started)
         if model.is_builtin_tiny:
-            log.warning(
-                "model 'tiny' is a random checkpoint: it exercises the pipeline but does not speak words"
-            )
+            log.warning(TINY_WARNING)
         return cls(model, config)
 
     @property

@@ -17,6 +17,7 @@ from voicewire.engine.errors import EngineError
 from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model.prompt import build_prompt
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
+from voicewire.engine.model.random_checkpoint import TINY_WARNING
 from voicewire.engine.runtime.cpu_threads import use_cpu_threads
 from voicewire.engine.runtime.frame_step import GenerationOptions
 from voicewire.engine.runtime.scheduler import Scheduler
@@ -150,7 +151,7 @@ def load_for_synthesis(model: str, device: str = "cpu", dtype: str = "float32") 
     use_cpu_threads(loaded.device, EngineConfig.cpu_threads)
     loaded.use_kernels(Kernels.resolve(EngineConfig(fuse_kernels=False), loaded.device))
     if loaded.is_builtin_tiny:
-        log.warning("model 'tiny' is a random checkpoint: it exercises the pipeline but does not speak words")
+        log.warning(TINY_WARNING)
     return loaded
 
 
