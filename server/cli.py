@@ -88,7 +88,9 @@ def _make_checkpoint(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from voicewire.bench.service import bench_service, check_cancel_every, markdown, plot
+    from voicewire.bench.load import check_cancel_every
+    from voicewire.bench.report import markdown, plot
+    from voicewire.bench.service import bench_service
 
     levels = [int(n) for n in args.streams.split(",")]
     if args.client_processes is not None and args.client_processes < 1:
@@ -183,7 +185,7 @@ def _numbers(text: str) -> tuple[int, ...]:
 
 def _chunk_schedule(text: str) -> tuple[int, ...]:
     """`--chunks`: comma-separated frame counts, checked before any server starts."""
-    from voicewire.bench.service import check_chunks
+    from voicewire.bench.load import check_chunks
 
     try:
         chunks = tuple(int(n) for n in text.split(","))

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from voicewire.bench.service import TEXT as BENCH_TEXT
+from voicewire.bench.load import TEXT as BENCH_TEXT
 from voicewire.bench.tokenizer import gb2312_characters, train_bench_bpe
 from voicewire.engine.model.checkpoint import write_json
 from voicewire.engine.model.random_checkpoint import (

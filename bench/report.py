@@ -1,0 +1,152 @@
+"""A `voicewire bench` level's statistics as its JSON report (`level_report`), and a sweep's
+report as a Markdown table (`markdown`) and a plot (`plot`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from voicewire.bench.level import LevelRuns
+from voicewire.bench.lookahead import Lookahead
+from voicewire.bench.session import simulated_underruns
+
+
+def _percentiles(values: list[float], low: bool = False) -> dict[str, float | None]:
+    """p50 and the tail: the high one (p95, p99, max) for latencies, or with `low` the low one (p5,
+    p1, min) for figures where less is worse (speed)."""
+    qs, extreme = (("p50", "p5", "p1"), "min") if low else (("p50", "p95", "p99"), "max")
+    if not values:
+        return dict.fromkeys((*qs, extreme))
+    array = np.asarray(values, dtype=np.float64)
+    found: dict[str, float | None] = {q: round(float(np.percentile(array, int(q[1:]))), 2) for q in qs}
+    found[extreme] = round(float(array.min() if low else array.max()), 2)
+    return found
+
+
+def level_report(
+    streams: int,
+    frames: int,
+    rate: float,
+    level: LevelRuns,
+    engine: dict | None = None,
+    server_processes: list[int] | None = None,
+    server: dict | None = None,
+    server_cores: dict | None = None,
+    lookahead: Lookahead | None = None,
+) -> dict:
+    """The JSON report of one level's runs, with the engine's view (`histogram_report`), the
+    sessions each server process took (`process_shares`), the server's way from the engine to
+    the socket (`histogram_report` of `SERVER_HISTOGRAMS`), the cores its processes used
+    (`cores_used`) and first audio from the send that completed the lookahead (`lookahead_send`)
+    if given."""
+    from voicewire.engine.runtime.playback import START_BUFFER_S  # as in simulated_underruns
+
+    runs, wall = level.runs, level.wall_s
+    full = [r for r in runs if not r.probe]  # sessions that ran to the end
+    underruns = [simulated_underruns(r.arrivals) for r in full]
+    ends = [None if r.ended_at is None else r.ended_at - level.started_at for r in runs]
+    processes = level.client_processes
+    # Streams go round-robin: process k ran stream indices k, k + P, ...
+    last_end = [0.0] * processes
+    for run, end in zip(runs, ends, strict=True):
+        if end is not None:
+            last_end[run.stream % processes] = max(last_end[run.stream % processes], end)
+    # From the send that completed the lookahead; a session cancelled or failed before it sent that
+    # has no figure (a probe is cancelled after its first audio, so after it in practice).
+    from_lookahead = [
+        (r.first_audio_s - r.sent_s[lookahead.send]) * 1000
+        for r in runs
+        if lookahead is not None and r.first_audio_s is not None and len(r.sent_s) > lookahead.send
+    ]
+    return {
+        "streams": streams,
+        "sessions_per_stream": len(runs) // max(streams, 1),
+        "frames_per_stream": frames,
+        "text_rate_words_per_s": rate,
+        "first_audio_ms": _percentiles([r.first_audio_s * 1000 for r in runs if r.first_audio_s is not None]),
+        "first_audio_from_lookahead_ms": _percentiles(from_lookahead),
+        # Which text message completed the lookahead (1: the first), or the `end` after them all;
+        # null when the server's tokenizer was not at hand (server_tokenizer).
+        "lookahead": None
+        if lookahead is None
+        else {"tokens": lookahead.tokens, "text_messages": lookahead.messages, "at_end": lookahead.at_end},
+        "session_setup_ms": _percentiles([r.setup_s * 1000 for r in runs if r.setup_s is not None]),
+        "speed_x_realtime": _percentiles([r.audio_s / r.done_s for r in full if r.done_s], low=True),
+        "underruns": {
+            "streams_with_underruns": sum(1 for u in underruns if u.count),
+            "total": sum(u.count for u in underruns),
+            "total_gap_s": round(sum(u.gap_s for u in underruns), 3),
+            "start_buffer_ms": START_BUFFER_S * 1000,
+            "played_before_gap_s": _percentiles([p for u in underruns for p in u.played_s]),
+        },
+        "cancel_ms": _percentiles([r.cancel_s * 1000 for r in runs if r.cancel_s is not None]),
+        "cancelled_sessions": sum(1 for r in runs if r.probe),
+        "aggregate_audio_s_per_s": round(sum(r.audio_s for r in runs) / wall, 3),
+        "wall_s": round(wall, 3),
+        "session_end_s": _percentiles([end for end in ends if end is not None]),
+        # Streams go round-robin: process k ran stream indices k, k + P, ...
+        "client_process_end_s": [round(end, 3) for end in last_end],
+        "client_processes": processes,
+        # A spawned client process's CPU time over the level's wall time: near 1.0, the client (one
+        # Python thread) and not the server may be what limits the level. Empty when run in process.
+        "client_cpu_share": [round(cpu / wall, 3) for cpu in level.client_cpu_s] if wall > 0 else [],
+        "sessions_per_server_process": server_processes or [],
+        # CPU cores each process of `voicewire serve` used in the level, by role ("engine": the
+        # engine process; "server": the workers), largest first; empty for a server in this process.
+        "server_cpu_cores": server_cores or {},
+        "engine": engine or {},
+        "server": server or {},
+    }
+
+
+def markdown(report: dict) -> str:
+    """The sweep as a Markdown table."""
+    lines = [
+        f"Device: {report['device']}; model: {report['model']}; text rate: {report['text_rate_words_per_s']} words/s; "
+        f"{report['frames_per_stream']} frames per session, {report.get('sessions_per_stream', 1)} session(s) "
+        "per stream, back to back; chunks (frames): "
+        + (",".join(map(str, report["chunks"])) if report.get("chunks") else "the server's")
+        + ".",
+        "",
+        "First audio is timed from the first text sent, and from the send that completed the engine's "
+        "text lookahead (its first tokens, as the checkpoint's tokenizer cuts the text).",
+        "",
+        "| streams | first audio p50 / p95 / p99 (ms) | from lookahead p50 / p95 / p99 (ms) "
+        "| speed × real time p50 / p5 | underruns (streams, gap s) "
+        "| cancel p50 (ms) | audio-s/s | sessions ended p50 / max (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for level in report["levels"]:
+        first, speed, under = level["first_audio_ms"], level["speed_x_realtime"], level["underruns"]
+        ended, after = level["session_end_s"], level["first_audio_from_lookahead_ms"]
+        lines.append(
+            f"| {level['streams']} | {first['p50']} / {first['p95']} / {first['p99']} "
+            f"| {after['p50']} / {after['p95']} / {after['p99']} | {speed['p50']} / {speed['p5']} | "
+            f"{under['streams_with_underruns']}, {under['total_gap_s']} | {level['cancel_ms']['p50']} | "
+            f"{level['aggregate_audio_s_per_s']} | {ended['p50']} / {ended['max']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: str) -> None:
+    """Latency and throughput against concurrency (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = report["levels"]
+    n = [level["streams"] for level in levels]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for q in ("p50", "p95"):
+        left.plot(n, [level["first_audio_ms"][q] for level in levels], marker="o", label=f"first audio {q}")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("concurrent streams")
+    left.set_ylabel("ms")
+    left.legend()
+    right.plot(n, [level["aggregate_audio_s_per_s"] for level in levels], marker="o")
+    right.set_xscale("log", base=2)
+    right.set_xlabel("concurrent streams")
+    right.set_ylabel("audio seconds per second")
+    fig.suptitle(f"voicewire on {report['device']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

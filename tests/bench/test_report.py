@@ -1,0 +1,84 @@
+"""A `voicewire bench` level's JSON report and a sweep's Markdown table, from runs made up here."""
+
+from voicewire.bench.level import LevelRuns
+from voicewire.bench.lookahead import Lookahead
+from voicewire.bench.report import level_report, markdown
+from voicewire.bench.session import SessionRun
+
+REPORT_KEYS = {
+    "streams",
+    "sessions_per_stream",
+    "frames_per_stream",
+    "text_rate_words_per_s",
+    "first_audio_ms",
+    "first_audio_from_lookahead_ms",
+    "lookahead",
+    "speed_x_realtime",
+    "underruns",
+    "cancel_ms",
+    "cancelled_sessions",
+    "aggregate_audio_s_per_s",
+    "wall_s",
+    "session_end_s",
+    "client_process_end_s",
+    "client_processes",
+    "client_cpu_share",
+    "session_setup_ms",
+    "sessions_per_server_process",
+    "server_cpu_cores",
+    "engine",
+    "server",
+}
+
+
+def test_a_level_report_and_its_markdown_row() -> None:
+    runs = [
+        SessionRun(
+            stream=0,
+            setup_s=0.01,
+            first_audio_s=0.1,
+            sent_s=[0.0, 0.05],
+            arrivals=[(0.1, 0.1), (0.2, 0.1), (0.9, 0.5)],  # dry from 0.3 to 0.9, having played 0.2 s
+            done_s=0.9,
+            audio_s=0.7,
+            ended_at=101.0,
+        ),
+        SessionRun(
+            stream=1,
+            probe=True,
+            setup_s=0.02,
+            first_audio_s=0.2,
+            sent_s=[0.0],  # cancelled before the send that completed the lookahead: no figure
+            arrivals=[(0.2, 0.5)],
+            done_s=0.4,
+            audio_s=0.5,
+            cancel_s=0.05,
+            ended_at=101.5,
+        ),
+    ]
+    level = LevelRuns(runs, wall_s=2.0, client_processes=2, started_at=100.0, client_cpu_s=[0.5, 1.0])
+    report = level_report(2, 14, 8.0, level, server_processes=[2], lookahead=Lookahead(3, 2, at_end=False))
+    assert set(report) == REPORT_KEYS and report["sessions_per_stream"] == 1
+    assert report["first_audio_ms"] == {"p50": 150.0, "p95": 195.0, "p99": 199.0, "max": 200.0}
+    assert report["first_audio_from_lookahead_ms"]["max"] == 50.0  # the first session's only
+    assert report["lookahead"] == {"tokens": 3, "text_messages": 2, "at_end": False}
+    assert report["speed_x_realtime"]["min"] == 0.78  # the probe left out: 0.7 s over 0.9 s
+    assert report["underruns"]["streams_with_underruns"] == 1 and report["underruns"]["total_gap_s"] == 0.5
+    assert report["cancelled_sessions"] == 1 and report["cancel_ms"]["p50"] == 50.0
+    assert report["aggregate_audio_s_per_s"] == 0.6
+    assert report["client_process_end_s"] == [1.0, 1.5]  # stream k ran in process k % 2
+    assert report["client_cpu_share"] == [0.25, 0.5]
+    assert report["sessions_per_server_process"] == [2] and report["engine"] == report["server"] == {}
+    sweep = {
+        "device": "cpu",
+        "model": "tiny",
+        "text_rate_words_per_s": 8.0,
+        "frames_per_stream": 14,
+        "chunks": None,
+        "levels": [report],
+    }
+    table = markdown(sweep).splitlines()
+    assert table[0].endswith("chunks (frames): the server's.")
+    assert table[-1] == (
+        "| 2 | 150.0 / 195.0 / 199.0 | 50.0 / 50.0 / 50.0 | 0.78 / 0.78 | 1, 0.5 | 50.0 | 0.6 | 1.25 / 1.5 |"
+    )
