@@ -82,9 +82,11 @@ class KVCache:
         Writes through the view land in this cache."""
         return KVCache(self.k[:, start:stop], self.v[:, start:stop], self.cos, self.sin, span)
 
-    def take(self, rows: Tensor) -> KVCache:
-        """A copy of the given rows [n] (any order, repeats allowed)."""
-        return KVCache(self.k[:, rows], self.v[:, rows], self.cos, self.sin)
+    def take(self, rows: Tensor, span: int | None = None) -> KVCache:
+        """A copy of the given rows [n] (any order, repeats allowed), of their first `span`
+        positions only (None: all): the copy holds those positions, and attention reads them all."""
+        k, v = (self.k, self.v) if span is None else (self.k[:, :, :, :span], self.v[:, :, :, :span])
+        return KVCache(k[:, rows], v[:, rows], self.cos, self.sin)
 
     def put(self, rows: Tensor, positions: Tensor, part: KVCache) -> None:
         """Write back what `part` (from `take(rows)`) holds at positions [n, T] of each of its rows."""

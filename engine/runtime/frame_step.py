@@ -14,8 +14,12 @@ no sequence clamp their throwaway write into the span.
 
 A prefill starts new talker sequences in any slots: their rows go into a static buffer, padded to
 a (batch, length) bucket, and the slots' KV rows are copied out, run, and written back at the
-new positions only. On CUDA each bucket is a graph too, so a prefill costs a few launches rather
-than a few hundred eager ops (about 45 ms of host time for the 0.6B talker).
+new positions only. Only the first `span` positions are copied out, the span being kv_length / 8
+when every prompt of the call ends below it (a first sequence: the voice prefix and the first
+text), else all of them: a burst of new streams then starts 64 to a call instead of 8, for an
+eighth of the copying (at 1024 positions, a slot's KV is 112 MiB for the 0.6B talker). On CUDA
+each bucket is a graph too, so a prefill costs a few launches rather than a few hundred eager ops
+(about 45 ms of host time for the 0.6B talker).
 """
 
 from __future__ import annotations
@@ -47,10 +51,12 @@ MIN_FRAMES = 2  # the official generate never ends before two frames
 # Batch sizes a step is padded to (then capped by the slot count); one CUDA graph each.
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 # Prefill buckets: sequences per call, and prompt rows (then capped by the KV length).
-PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
+PREFILL_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 PREFILL_LENGTHS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SPAN_DIVISORS = (8, 4, 2, 1)  # attention spans, as fractions of the KV length
-PREFILL_KV_ROWS = 8192  # slots x KV length one prefill call copies out and back (memory bound)
+# A prefill's spans: two, not four, since each span multiplies the prefill graphs (captured at start).
+PREFILL_SPAN_DIVISORS = (8, 1)
+PREFILL_KV_ROWS = 8192  # slots x span one prefill call copies out and back (memory bound)
 # Page-locked step inputs kept in turn: with pipelined steps the host writes step k+1's inputs
 # before step k's copy in has run, and a staging buffer is reused only once its copy has.
 INPUT_STAGING = 4
@@ -194,21 +200,33 @@ class FrameStepper:
         # Host copies of each slot's next position and whether it holds a sequence: they pick the span.
         self._host_pos = np.zeros(slots, dtype=np.int64)
         self._occupied = np.zeros(slots, dtype=bool)
+        # Prefill spans (eager and unpadded: the whole KV, as the official model attends), and the
+        # most sequences one call starts at each: PREFILL_KV_ROWS // span, capped by max_prefills.
+        self.prefill_spans = (
+            sorted({max(1, kv_length // d) for d in PREFILL_SPAN_DIVISORS}) if graphs or pad else [kv_length]
+        )
+        self.prefill_batches = {
+            span: max(1, min(max_prefills, PREFILL_KV_ROWS // span)) for span in self.prefill_spans
+        }
+        self.prefill_batch = max(self.prefill_batches.values())
         # Prefill buffers: prompt rows [P, kv_length, H] and (slot, start, length) per row [P, 3].
-        self.prefill_batch = max(1, min(max_prefills, PREFILL_KV_ROWS // kv_length))
         self.prefill_rows = torch.zeros(
             self.prefill_batch, kv_length, cfg.decoder.hidden_size, device=device, dtype=dtype
         )
         self.prefill_meta = torch.zeros(self.prefill_batch, 3, dtype=torch.long, device=device)
+        # Per span, the (batch, length) buckets: lengths up to the span, batches up to its cap.
         self.prefill_buckets = (
-            (
-                sorted({min(b, self.prefill_batch) for b in PREFILL_BATCHES}),
-                sorted({min(t, kv_length) for t in PREFILL_LENGTHS}),
-            )
+            {
+                span: (
+                    sorted({min(b, self.prefill_batches[span]) for b in PREFILL_BATCHES}),
+                    sorted({min(t, span) for t in PREFILL_LENGTHS}),
+                )
+                for span in self.prefill_spans
+            }
             if graphs or pad
             else None
         )
-        self._prefill_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._prefill_graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}
         # One graph per (bucket, draw, span): TOP_K serves greedy slots too, FULL serves every slot.
         self._graphs: dict[tuple[int, Draw, int], torch.cuda.CUDAGraph] | None = {} if graphs else None
         self._pool = None
@@ -298,17 +316,34 @@ class FrameStepper:
         for _, rows, start in prompts:
             self.check_prompt(start, rows.shape[0])
         self.apply_settings()
-        for i in range(0, len(prompts), self.prefill_batch):
-            self._prefill_group(prompts[i : i + self.prefill_batch])
+        for group, span in self._prefill_groups(prompts):
+            self._prefill_group(group, span)
         for slot, rows, start in prompts:
             self._host_pos[slot] = start + rows.shape[0]
             self._occupied[slot] = True
 
-    def _prefill_group(self, prompts: list[tuple[int, Tensor, int]]) -> None:
+    def prefill_span(self, start: int, length: int) -> int:
+        """The smallest prefill span past a prompt's last position. Past, not at: the padding
+        positions of a shorter prompt in the call write their throwaway KV at the span's last
+        position, which must not be one the prompt itself writes."""
+        return next((span for span in self.prefill_spans if span > start + length), self.kv_length)
+
+    def _prefill_groups(self, prompts: list[tuple[int, Tensor, int]]) -> list[tuple[list, int]]:
+        """The prompts in calls of one span each, as many to a call as that span allows; by span,
+        so short prompts share the short span however they arrived."""
+        spans = [self.prefill_span(start, rows.shape[0]) for _, rows, start in prompts]
+        groups: list[tuple[list, int]] = []
+        for span in sorted(set(spans)):
+            mine = [prompt for prompt, s in zip(prompts, spans, strict=True) if s == span]
+            step = self.prefill_batches[span]
+            groups += [(mine[i : i + step], span) for i in range(0, len(mine), step)]
+        return groups
+
+    def _prefill_group(self, prompts: list[tuple[int, Tensor, int]], span: int) -> None:
         n, longest = len(prompts), max(rows.shape[0] for _, rows, _ in prompts)
         b, t = n, longest
         if self.prefill_buckets is not None:
-            batches, lengths = self.prefill_buckets
+            batches, lengths = self.prefill_buckets[span]
             b = next(size for size in batches if size >= n)
             t = next(size for size in lengths if size >= longest)
         # Padding rows repeat the first prompt: the same work, so their writes agree with it.
@@ -324,19 +359,20 @@ class FrameStepper:
         )
         self.prefill_meta[:b].copy_(cuda_graphs.pinned(meta, self.device), non_blocking=True)
         if self._graphs is not None:
-            self._prefill_graphs[(b, t)].replay()
+            self._prefill_graphs[(b, t, span)].replay()
         else:
-            self._prefill_compute(b, t)
+            self._prefill_compute(b, t, span)
 
-    def _prefill_compute(self, b: int, t: int) -> None:
-        """The prefill of rows [0, b) of the prefill buffers, t positions each: fixed shapes, no host
-        sync. Positions past a prompt's length compute too; their KV writes go to the last cache
-        position, which the sequence writes before it reads."""
+    def _prefill_compute(self, b: int, t: int, span: int) -> None:
+        """The prefill of rows [0, b) of the prefill buffers, t positions each, over the first `span`
+        positions of their slots' KV: fixed shapes, no host sync. Positions past a prompt's length
+        compute too; their KV writes go to the span's last position, which the sequence writes
+        before it reads."""
         slots, starts, lengths = self.prefill_meta[:b].unbind(1)
         steps = torch.arange(t, device=self.device)
         valid = steps[None] < lengths[:, None]
-        positions = torch.where(valid, starts[:, None] + steps, self.kv_length - 1)
-        cache = self.cache.take(slots)
+        positions = torch.where(valid, starts[:, None] + steps, span - 1)
+        cache = self.cache.take(slots, span)
         hidden = self.talker.model(self.prefill_rows[:b, :t], positions, cache)
         self.cache.put(slots, positions, cache)
         last = hidden[torch.arange(b, device=self.device), lengths - 1]
@@ -401,15 +437,16 @@ class FrameStepper:
                 self._graph(b, Draw.TOP_K, span)
             self._graph(b, Draw.FULL, self.kv_length)
         steps_done = time.monotonic()
-        batches, lengths = self.prefill_buckets
         self.prefill_meta.zero_()
         self.prefill_meta[:, 2] = 1
-        for t in reversed(lengths):
-            for b in reversed(batches):
-                run = functools.partial(self._prefill_compute, b, t)
-                graph = cuda_graphs.capture(run, self.device, self._pool)
-                self._pool = graph.pool()
-                self._prefill_graphs[(b, t)] = graph
+        for span in reversed(self.prefill_spans):
+            batches, lengths = self.prefill_buckets[span]
+            for t in reversed(lengths):
+                for b in reversed(batches):
+                    run = functools.partial(self._prefill_compute, b, t, span)
+                    graph = cuda_graphs.capture(run, self.device, self._pool)
+                    self._pool = graph.pool()
+                    self._prefill_graphs[(b, t, span)] = graph
         log.info(
             "captured %d frame-step graphs in %.1f s and %d prefill graphs in %.1f s",
             len(self._graphs),

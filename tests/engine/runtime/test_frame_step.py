@@ -61,7 +61,10 @@ def test_padding_to_a_bucket_changes_nothing(model: Qwen3TTS, greedy: list[bool]
     plain = _run(model, FrameStepper(model.talker, SLOTS, 64), greedy, together=together)
     padded_stepper = FrameStepper(model.talker, SLOTS, 64, pad=True)
     assert padded_stepper.buckets == [1, 2, 4, 5]
-    assert padded_stepper.prefill_buckets == ([1, 2, 4, 8, 16, 32], [16, 32, 64])
+    assert padded_stepper.prefill_buckets == {
+        8: ([1, 2, 4, 8, 16, 32], [8]),
+        64: ([1, 2, 4, 8, 16, 32], [16, 32, 64]),
+    }
     padded = _run(model, padded_stepper, greedy, together=together)
     for a, b in zip(plain, padded, strict=True):
         assert torch.equal(a, b)
@@ -89,6 +92,52 @@ def test_sampled_rows_depend_on_their_seed_only(model: Qwen3TTS) -> None:
             compared += 1
     assert compared == 4
     assert len({tuple(out[0, :16].tolist()) for out in alone if len(out)}) == 4
+
+
+def test_a_prefill_span_is_past_the_prompts_last_position(model: Qwen3TTS) -> None:
+    stepper = FrameStepper(model.talker, SLOTS, 1024, pad=True, max_prefills=64)
+    assert stepper.prefill_spans == [128, 1024]
+    assert stepper.prefill_batches == {128: 64, 1024: 8}  # PREFILL_KV_ROWS // span
+    assert stepper.prefill_span(10, 117) == 128
+    assert stepper.prefill_span(10, 118) == 1024  # its padding would write at position 127, its own
+    assert stepper.prefill_span(0, 1024) == 1024
+    assert FrameStepper(model.talker, SLOTS, 1024).prefill_spans == [1024]  # unpadded: the whole KV
+
+
+def _prefill_and_step(model: Qwen3TTS, stepper: FrameStepper, lengths: list[int]) -> list[torch.Tensor]:
+    """Prefill one slot per prompt length in one call (sampling, seeded), then step all of them."""
+    talker = model.talker
+    gen = torch.Generator().manual_seed(5)
+    with torch.inference_mode():
+        prompts = []
+        for slot, length in enumerate(lengths):
+            stepper.configure(slot, _options(model, greedy=False), seed=200 + slot)
+            rows = torch.randn(length, talker.cfg.decoder.hidden_size, generator=gen)
+            prompts.append((slot, rows.to(stepper.device, talker.codec_head.weight.dtype), 0))
+        stepper.prefill(prompts)
+        n = len(lengths)
+        return [
+            stepper.step(n, [True] * n, [(3 * step + slot) % 50 for slot in range(n)]).cpu()
+            for step in range(5)
+        ]
+
+
+def test_prefills_of_short_and_long_prompts_run_at_their_spans(model: Qwen3TTS) -> None:
+    """Prompts of 6 and 7 rows prefill over the first 32 of 256 positions, one of 40 rows over all of
+    them, in two calls; the sequences are those of prefills over the whole KV."""
+    lengths = [6, 40, 7]
+    whole = _prefill_and_step(model, FrameStepper(model.talker, SLOTS, 256), lengths)
+    stepper = FrameStepper(model.talker, SLOTS, 256, pad=True)
+    assert [stepper.prefill_span(0, n) for n in lengths] == [32, 256, 32]
+    calls = []
+    stepper._prefill_compute = lambda b, t, span, run=stepper._prefill_compute: (  # type: ignore[method-assign]
+        calls.append((b, t, span)),
+        run(b, t, span),
+    )
+    spanned = _prefill_and_step(model, stepper, lengths)
+    assert calls == [(2, 16, 32), (1, 64, 256)]  # (batch, length, span) buckets
+    for a, b in zip(whole, spanned, strict=True):
+        assert torch.equal(a, b)
 
 
 def test_prefills_beyond_the_batch_run_in_groups(model: Qwen3TTS) -> None:
