@@ -165,6 +165,7 @@ def start(run: Run, haproxy: str, model: str | None) -> subprocess.Popen[bytes]:
         "HAPROXY": haproxy,
         "PYTHON": sys.executable,
         "LOG_DIR": str(run.work),
+        "PIN_CPUS": "1" if run.args.pin_cpus else "0",
     }
     command = ["bash", str(ROOT / "scripts/serve_gpus.sh"), str(profile(run)), str(run.args.gpus)]
     command += [str(run.args.base_port), "--", *serve_args]
@@ -477,6 +478,11 @@ def main() -> int:
     )
     parser.add_argument("--bench-args", default="", help="more `voicewire bench` arguments")
     parser.add_argument("--serve-args", default="", help="more `voicewire serve` arguments")
+    parser.add_argument(
+        "--pin-cpus",
+        action="store_true",
+        help="each server on its own slice of the CPUs (serve_gpus.sh PIN_CPUS)",
+    )
     parser.add_argument("--base-port", type=int, default=8000)
     parser.add_argument("--lb-port", type=int, default=8080)
     parser.add_argument("--stats-port", type=int, default=8404)
