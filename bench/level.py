@@ -116,7 +116,7 @@ def _run_in_processes(load: Load, streams: int, processes: int) -> LevelRuns:
         for worker_process in workers:
             if worker_process.is_alive():
                 worker_process.terminate()
-            process.join()
+            worker_process.join()
         for pipe in pipes:
             pipe.close()
     runs = sorted((run for share_runs, _, _ in results for run in share_runs), key=lambda run: run.stream)
