@@ -44,14 +44,18 @@ class UrgentChunks:
     (those with the least in hand first) and leaves the rest due for the rounds after, so a round
     is short and the urgent chunks that arrive during it do not wait long for the next. Among the
     others, the last chunks of streams whose talker has ended go first: a session ends with them,
-    and its client (a turn-taking agent, or the next request) waits for that end."""
+    and its client (a turn-taking agent, or the next request) waits for that end. With `urgent_rows`,
+    a round takes at most that many urgent chunks, those with the least in hand first, and none of
+    the others: when a burst of new streams makes most chunks urgent, the listeners nearest to
+    running dry get theirs after a short round instead of at the end of one long one."""
 
     in_hand_s: float = 0.0
     bulk_rows: int = 0  # 0: a round takes every due chunk
+    urgent_rows: int = 0  # 0: a round takes every urgent chunk
 
     def __post_init__(self) -> None:
-        if self.in_hand_s < 0 or self.bulk_rows < 0:
-            raise InvalidOptions(f"urgent_chunks needs in_hand_s >= 0 and bulk_rows >= 0, got {self}")
+        if self.in_hand_s < 0 or self.bulk_rows < 0 or self.urgent_rows < 0:
+            raise InvalidOptions(f"urgent_chunks needs in_hand_s, bulk_rows and urgent_rows >= 0, got {self}")
 
 
 @dataclass(frozen=True)

@@ -238,7 +238,7 @@ class DecoderStage:
         """Decode one round of due chunks, then deliver marks; returns whether anything happened."""
         self._reset_fresh()
         now = time.monotonic()
-        urgent: list[tuple[_Decoding, int]] = []
+        urgent: list[tuple[float, _Decoding, int]] = []  # (audio in hand, ...)
         # Listeners not short of audio: (talker still running, audio in hand, ...).
         bulk: list[tuple[bool, float, _Decoding, int]] = []
         marked = []
@@ -251,12 +251,15 @@ class DecoderStage:
                     # with its last chunk (and its client waits for that), however much is in hand.
                     bulk.append((decoding.closed_at is None, in_hand, decoding, n))
                 else:
-                    urgent.append((decoding, n))
+                    urgent.append((in_hand, decoding, n))
             elif decoding.queue and isinstance(decoding.queue[0], _Mark):
                 marked.append(decoding)
-        if 0 < self.urgent.bulk_rows < len(bulk):  # the rest stay due, for the rounds after
+        if 0 < self.urgent.urgent_rows < len(urgent):  # the rest stay due, for the rounds after
+            urgent = sorted(urgent, key=lambda item: item[0])[: self.urgent.urgent_rows]
+            bulk = []
+        if 0 < self.urgent.bulk_rows < len(bulk):
             bulk = sorted(bulk, key=lambda item: item[:2])[: self.urgent.bulk_rows]
-        self._decode([self._take(decoding, n) for decoding, n in urgent])
+        self._decode([self._take(decoding, n) for _, decoding, n in urgent])
         self._decode([self._take(decoding, n) for _, _, decoding, n in bulk])
         if urgent or bulk:
             self.metrics.decode_round.observe(time.monotonic() - now)

@@ -64,13 +64,14 @@ def test_bad_settings_are_named(tmp_path: Path) -> None:
 def test_urgent_chunks_are_off_unless_set() -> None:
     assert EngineConfig().urgent_chunks == UrgentChunks(in_hand_s=0.0)
     assert EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 0.5}}).urgent_chunks == UrgentChunks(0.5)
-    with pytest.raises(InvalidOptions, match="urgent_chunks needs in_hand_s >= 0"):
-        EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": -0.1}})
-    with pytest.raises(InvalidOptions, match="in_hand_s >= 0 and bulk_rows >= 0, got"):
-        EngineConfig.from_dict({"urgent_chunks": {"bulk_rows": -1}})
+    for setting in ("in_hand_s", "bulk_rows", "urgent_rows"):
+        with pytest.raises(
+            InvalidOptions, match="urgent_chunks needs in_hand_s, bulk_rows and urgent_rows >= 0"
+        ):
+            EngineConfig.from_dict({"urgent_chunks": {setting: -1}})
     with pytest.raises(
         InvalidOptions,
-        match="unknown urgent_chunks settings: in_hand; allowed: bulk_rows, in_hand_s",
+        match="unknown urgent_chunks settings: in_hand; allowed: bulk_rows, in_hand_s, urgent_rows",
     ):
         EngineConfig.from_dict({"urgent_chunks": {"in_hand": 0.5}})
 

@@ -208,6 +208,34 @@ def test_bulk_rows_leave_the_chunks_with_most_in_hand_for_the_next_round(
     assert [after - was for after, was in zip(rounds(), before, strict=True)] == [2, 4, 2]
 
 
+def test_urgent_rows_take_the_listeners_with_least_in_hand_first(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every listener short of a second is urgent; with one urgent row a round, c (a new stream,
+    nothing in hand) goes first, then b (0.24 s in hand), then a (0.32 s), a round each."""
+    stage, a, b, stream, feed = _listeners_in_hand(tiny_models["custom_voice"], monkeypatch)
+    stage.urgent = UrgentChunks(1.0, bulk_rows=1, urgent_rows=1)
+    c = stream(3)
+    names = {stage._streams[s.id].row: name for name, s in zip("ab", (a, b), strict=True)}
+    calls: list[list[str]] = []
+    decode = stage.batch.decode
+
+    def decoding(rows, frames):
+        calls.append([names.get(r, "c") for r in rows])
+        return decode(rows, frames)
+
+    stage.batch.decode = decoding
+    stage.open(c, None)
+    feed([a, b, c])
+    rounds = stage.metrics.registry.get_sample_value("voicewire_engine_decode_round_seconds_count")
+    stage.process()
+    assert calls == [["c"], ["b"], ["a"]]
+    assert [s.delivered_samples // SAMPLES_PER_FRAME for s in (a, b, c)] == [5, 4, 1]
+    assert (
+        stage.metrics.registry.get_sample_value("voicewire_engine_decode_round_seconds_count") - rounds == 3
+    )
+
+
 @pytest.mark.parametrize("ended", [False, True])
 def test_among_listeners_with_audio_in_hand_an_ended_stream_goes_first(
     tiny_models, monkeypatch: pytest.MonkeyPatch, ended: bool
