@@ -3,7 +3,9 @@
 
 A `Stream` is shared by three threads: its controller's (text in; the caller's `StreamHandle` in
 engine/runtime/handle.py, or the engine process's reader for a remote one), the scheduler's (reads the
-inbox) and the decoder's (delivers chunks). Text is tokenized in the controller's thread.
+inbox) and the decoder's (delivers chunks). Text comes in as committed tokens (`push_tokens`):
+`push_text` tokenizes in the controller's thread; a server worker of the engine process tokenizes
+in its own process and sends the tokens (engine/runtime/engine_process.py).
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ class Stream:
         self.id = stream_id
         self.voice = voice
         self.options = options
-        self._tokens = IncrementalTokenizer(tokenizer)
+        self._tokens = IncrementalTokenizer(tokenizer)  # push_text's; a remote controller has its own
         self._wake = wake
         self._listener = listener
         self._lock = threading.Lock()
@@ -105,7 +107,7 @@ class Stream:
         self._cancel_requested = False
         self._aborted = False  # the engine gave up on it (decoder failure, consumer gone)
         self._result: StreamResult | None = None
-        self.first_text_at: float | None = None  # time.monotonic() of the first push_text (metrics)
+        self.first_text_at: float | None = None  # time.monotonic() of the first text pushed (metrics)
         self.consumed_samples = 0  # read by the consumer, as acknowledged
         self.delivered_samples = 0  # handed to the listener by the decoder stage
 
@@ -113,28 +115,30 @@ class Stream:
 
     def push_text(self, text: str) -> None:
         """Append text; it is spoken as soon as enough of it has arrived."""
-        with self._lock:
-            self._check_open()
-            if self.first_text_at is None:
-                self.first_text_at = time.monotonic()
-            self._inbox.extend(self._tokens.push(text))
-        self._wake()
+        self.push_tokens(self._tokens.push(text))
 
     def flush(self) -> None:
         """Speak everything pushed so far now, the trailing partial word included."""
-        with self._lock:
-            self._check_open()
-            self._inbox.extend(self._tokens.flush())
-            self._inbox.append(Mark.FLUSH)
-        self._wake()
+        self.push_tokens(self._tokens.flush(), Mark.FLUSH)
 
     def end(self) -> None:
         """No more text: speak what is left, then finish."""
+        self.push_tokens(self._tokens.flush(), Mark.END)
+
+    def push_tokens(self, tokens: list[TextToken], mark: Mark | None = None) -> None:
+        """Take text its controller tokenized (`IncrementalTokenizer`, one per stream): `tokens`,
+        the committed ones (perhaps none), then `mark` if any (a flush or the end, its tokens the
+        tokenizer's flushed tail). Without a mark this is a push of text, and the first one sets
+        `first_text_at`, whether it committed a token or not."""
         with self._lock:
             self._check_open()
-            self._inbox.extend(self._tokens.flush())
-            self._inbox.append(Mark.END)
-            self._ended = True
+            if mark is None and self.first_text_at is None:
+                self.first_text_at = time.monotonic()
+            self._inbox.extend(tokens)
+            if mark is not None:
+                self._inbox.append(mark)
+            if mark is Mark.END:
+                self._ended = True
         self._wake()
 
     def cancel(self) -> None:

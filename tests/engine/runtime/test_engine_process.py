@@ -1,11 +1,13 @@
 """The engine in its own process, beyond the contract both engines share (test_contract.py): the
-same audio as in this process, several servers on one engine, its key, a child that dies, and
-requests that cross in batches."""
+same audio as in this process (the text tokenized in the server), several servers on one engine,
+its key, a child that dies, and requests that cross in batches."""
 
 import asyncio
+import concurrent.futures
 import multiprocessing
 import os
 import pickle
+import random
 import signal
 import struct
 import threading
@@ -20,25 +22,31 @@ from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.errors import (
     EngineError,
     EngineFull,
+    InvalidText,
     StreamFailed,
 )
 from voicewire.engine.model.checkpoint import CheckpointError
 from voicewire.engine.model.prompt import Voice
+from voicewire.engine.model.text_tokenizer import TextTokenizer
 from voicewire.engine.runtime.engine import Engine
 from voicewire.engine.runtime.engine_process import (
     EngineProcess,
     RestartPolicy,
     _Call,
+    _Cancel,
     _Chunk,
+    _Client,
     _Finished,
-    _Mark,
     _Open,
     _Outbox,
     _Ready,
     _Reply,
-    _Text,
+    _Roster,
+    _Tokens,
+    _write,
 )
-from voicewire.engine.runtime.stream import StreamResult
+from voicewire.engine.runtime.stream import Mark, StreamResult
+from voicewire.engine.runtime.text_stream import IncrementalTokenizer, PackedTokens, TextToken
 
 TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun."
 GREEDY = StreamOptions(greedy=True, max_frames=30, suppress_eos=True)
@@ -82,6 +90,113 @@ def test_the_same_codes_and_audio_as_in_process(
     assert [r.reason for r in results] == ["max_frames"] * 2
     assert results[0].samples_generated == 30 * 1920
     assert remote.live_streams == 0 and remote.healthy
+
+
+def test_text_in_any_pieces_reaches_the_engine_as_the_ids_of_the_whole_text(
+    remote: EngineProcess, config: EngineConfig, tiny_models
+) -> None:
+    """The server tokenizes: text pushed in arbitrary pieces (mid-word, single characters, empty,
+    refused text between them) gives the engine's stream the ids of the whole text, so the frames'
+    text ids, the codes and the chunks' text are those of the text pushed at once in one process."""
+    rng = random.Random(5)
+    cuts = sorted(rng.sample(range(1, len(TEXT)), 24))
+    pieces = [TEXT[a:b] for a, b in zip([0, *cuts], [*cuts, len(TEXT)], strict=True)]
+    pieces[4:5] = ["", *pieces[4]]  # an empty push, and one piece a character at a time
+    assert "".join(pieces) == TEXT
+
+    async def in_pieces(engine: EngineProcess):
+        stream = engine.open_stream(await engine.voice(speaker="serena", language="english"), GREEDY)
+        reading = asyncio.ensure_future(collect(stream))
+        for piece in pieces:
+            stream.push_text(piece)
+            with pytest.raises(InvalidText, match="UTF-8 cannot encode"):
+                stream.push_text("x\udc80")  # refused in the caller, before the tokenizer sees it
+            await asyncio.sleep(0)  # each piece in a batch of its own
+        stream.end()
+        return await reading
+
+    async def at_once(engine: Engine):
+        return await speak(
+            engine.open_stream(await engine.voice(speaker="serena", language="english"), GREEDY), [TEXT]
+        )
+
+    there = asyncio.run(in_pieces(remote))
+    with Engine(tiny_models["custom_voice"], config) as local:
+        here = asyncio.run(at_once(local))
+    ids = tiny_models["custom_voice"].tokenizer.encode(TEXT)
+    assert there.text_ids.tolist() == ids[1 : 1 + len(there.text_ids)]  # the first id is in the prompt
+    np.testing.assert_array_equal(there.text_ids, here.text_ids)
+    np.testing.assert_array_equal(there.codes, here.codes)
+    assert [c.text for c in there.chunks] == [c.text for c in here.chunks]
+    assert "".join(c.text for c in there.chunks) == TEXT[: there.chunks[-1].text_end]
+
+
+def test_a_flush_and_the_end_come_after_the_text_before_them(
+    remote: EngineProcess, config: EngineConfig, tiny_models
+) -> None:
+    """A flush or the end crosses with the tokenizer's tail in one message, so the engine hears
+    the partial word before the mark, as `Stream.flush` and `end` have it in one process."""
+
+    async def run(engine):
+        stream = engine.open_stream(await engine.voice(speaker="ryan"), GREEDY)
+        reading = asyncio.ensure_future(collect(stream))
+        stream.push_text("Hello there, fri")
+        stream.flush()
+        stream.push_text("end of mine, wh")
+        stream.end()
+        return await reading
+
+    there = asyncio.run(run(remote))
+    with Engine(tiny_models["custom_voice"], config) as local:
+        here = asyncio.run(run(local))
+    assert "".join(c.text for c in there.chunks) == "Hello there, fri"
+    np.testing.assert_array_equal(there.text_ids, here.text_ids)
+    np.testing.assert_array_equal(there.codes, here.codes)
+    assert [(c.text, c.text_end, c.flushed) for c in there.chunks] == [
+        (c.text, c.text_end, c.flushed) for c in here.chunks
+    ]
+
+
+@pytest.fixture
+def paired(config: EngineConfig, tiny_models):
+    """A server's `EngineProcess` and the engine process's end of its connection (`_Client`, over an
+    `Engine`) in this process, joined by a pipe: the test can look at the engine's own streams."""
+    engine = Engine(tiny_models["custom_voice"], config)
+    ours, theirs = multiprocessing.Pipe()
+    voices = concurrent.futures.ThreadPoolExecutor(1)
+    # The greeting (its tokenizer) can outgrow the pipe's buffer: written as the server reads it.
+    greeting = threading.Thread(
+        target=_write, args=(theirs, _Ready(engine.info, config, engine.model.tokenizer))
+    )
+    greeting.start()
+    server = EngineProcess(ours, "no address", b"")
+    greeting.join()
+    client = _Client(engine, theirs, "server-1", voices, _Roster())
+    yield server, client
+    server.close()
+    voices.shutdown()
+    engine.close()
+
+
+def test_the_engines_stream_has_its_first_text_time_from_a_push_that_commits_nothing(paired) -> None:
+    server, client = paired
+
+    async def run():
+        handle = server.open_stream(await server.voice(speaker="ryan"), GREEDY)
+        await asyncio.wait_for(_until_async(lambda: handle.id in client.streams), 10)
+        stream = client.streams[handle.id]
+        assert stream.first_text_at is None  # opened, no text yet
+        before = time.monotonic()
+        handle.push_text("Hel")  # a partial word: no token yet
+        await asyncio.wait_for(_until_async(lambda: stream.first_text_at is not None), 10)
+        first = stream.first_text_at
+        assert first is not None and first >= before
+        heard = await speak(handle, ["lo there."])
+        assert stream.first_text_at == first  # the first push only
+        return heard
+
+    heard = asyncio.run(run())
+    assert "".join(c.text for c in heard.chunks).startswith("Hello there.")
 
 
 def test_a_second_server_shares_the_engine_and_its_streams_end_with_it(remote: EngineProcess) -> None:
@@ -261,17 +376,26 @@ def test_engine_errors_keep_their_code_across_processes() -> None:
 # --- requests in batches -----------------------------------------------------------------------
 
 
+def _word(stream_id: int, word: str) -> _Tokens:
+    """A push of one token, as a server sends it: any request, to the outbox."""
+    return _Tokens(stream_id, PackedTokens.of([TextToken(7, word, len(word), False)]))
+
+
+def _mark(stream_id: int, mark: Mark) -> _Tokens:
+    return _Tokens(stream_id, PackedTokens.of([]), mark)
+
+
 def test_requests_put_together_go_as_one_message_in_order_with_each_streams_last_acknowledgement() -> None:
     ours, theirs = multiprocessing.Pipe()
     outbox = _Outbox(ours, lambda request, error: None)
     requests = [
         _Open(1, Voice(speaker="ryan"), GREEDY),
-        _Text(1, "Hello"),
-        _Text(2, "there"),
-        _Mark(1, "flush"),
-        _Mark(2, "cancel"),
+        _word(1, "Hello"),
+        _word(2, "there"),
+        _mark(1, Mark.FLUSH),
+        _Cancel(2),
         _Call(7, "voice", (), {"speaker": "ryan"}),
-        _Text(1, "again"),
+        _word(1, "again"),
     ]
     for request, ack in zip(
         requests, [None, (1, 1920), (2, 960), None, (1, 3840), None, (1, 5760)], strict=True
@@ -283,18 +407,18 @@ def test_requests_put_together_go_as_one_message_in_order_with_each_streams_last
     assert theirs.poll(5)
     assert pickle.loads(theirs.recv_bytes()) == (requests, {1: 5760, 2: 960})
     assert not theirs.poll(0.2)
-    outbox.put(_Mark(1, "end"))
+    outbox.put(_mark(1, Mark.END))
     outbox.close()  # what was put before goes out; nothing after
-    outbox.put(_Text(1, "late"))
+    outbox.put(_word(1, "late"))
     outbox.acknowledge(1, 7680)
-    assert pickle.loads(theirs.recv_bytes()) == ([_Mark(1, "end")], {})
+    assert pickle.loads(theirs.recv_bytes()) == ([_mark(1, Mark.END)], {})
     assert not theirs.poll(0.2)
 
 
 def test_what_one_loop_iteration_puts_is_one_message() -> None:
     ours, theirs = multiprocessing.Pipe()
     outbox = _Outbox(ours, lambda request, error: None).start()
-    requests = [r for i in range(50) for r in (_Open(i, Voice(speaker="ryan"), GREEDY), _Text(i, "Hi."))]
+    requests = [r for i in range(50) for r in (_Open(i, Voice(speaker="ryan"), GREEDY), _word(i, "Hi."))]
 
     async def one_iteration() -> None:
         for i, request in enumerate(requests):
@@ -314,12 +438,12 @@ def test_requests_left_by_a_loop_that_stopped_are_written_when_the_reader_looks(
     ours, theirs = multiprocessing.Pipe()
     outbox = _Outbox(ours, lambda request, error: None).start()
     loop = asyncio.new_event_loop()
-    loop.call_soon(lambda: (outbox.put(_Mark(1, "cancel")), loop.stop()))
+    loop.call_soon(lambda: (outbox.put(_Cancel(1)), loop.stop()))
     loop.run_forever()  # stops before the iteration that would wake the writer
     loop.close()
     assert not theirs.poll(0.2)
     outbox.wake_if_stalled()  # the connection's reader, as the engine's next events come
-    assert theirs.poll(5) and pickle.loads(theirs.recv_bytes()) == ([_Mark(1, "cancel")], {})
+    assert theirs.poll(5) and pickle.loads(theirs.recv_bytes()) == ([_Cancel(1)], {})
     outbox.close()
 
 
@@ -328,10 +452,10 @@ def test_a_request_that_cannot_be_pickled_is_refused_and_the_rest_of_its_batch_g
     refused: list[tuple[object, type]] = []
     outbox = _Outbox(ours, lambda request, error: refused.append((request, type(error))))
     bad = _Call(3, "check_voice", (threading.Lock(),), {})
-    for request in [_Text(1, "a"), bad, _Text(1, "b")]:
+    for request in [_word(1, "a"), bad, _word(1, "b")]:
         outbox.put(request)
     outbox.start()
-    assert pickle.loads(theirs.recv_bytes()) == ([_Text(1, "a"), _Text(1, "b")], {})
+    assert pickle.loads(theirs.recv_bytes()) == ([_word(1, "a"), _word(1, "b")], {})
     assert refused == [(bad, TypeError)]
     outbox.close()
 
@@ -351,11 +475,24 @@ def test_a_call_or_stream_that_cannot_be_sent_fails_with_the_reason(remote: Engi
     assert asyncio.run(_speak_one(remote)).codes.shape == (30, 16) and remote.healthy
 
 
-def _join(remote: EngineProcess) -> Connection:
-    """A server of our own on the wire: batches written by hand, events read as they come."""
+def _join(remote: EngineProcess) -> tuple[Connection, TextTokenizer]:
+    """A server of our own on the wire: batches written by hand, events read as they come. The
+    engine's greeting brings its text tokenizer."""
     conn = Client(remote.address, family="AF_UNIX", authkey=remote.authkey)
-    assert isinstance(pickle.loads(conn.recv_bytes()), _Ready)
-    return conn
+    ready = pickle.loads(conn.recv_bytes())
+    assert isinstance(ready, _Ready)
+    return conn, ready.tokenizer
+
+
+def _say(
+    tokenizer: TextTokenizer, stream_id: int, pieces: list[str], last: Mark | None = Mark.END
+) -> list[_Tokens]:
+    """A stream's text as a server sends it: each piece's committed tokens, then `last` with the tail."""
+    committed = IncrementalTokenizer(tokenizer)
+    said = [_Tokens(stream_id, PackedTokens.of(committed.push(piece))) for piece in pieces]
+    if last is not None:
+        said.append(_Tokens(stream_id, PackedTokens.of(committed.flush()), last))
+    return said
 
 
 def _events(conn: Connection, until, timeout: float = 30) -> list[object]:
@@ -383,18 +520,16 @@ def test_one_batch_opens_speaks_cancels_and_calls_in_order(remote: EngineProcess
 
     voice, expected = asyncio.run(as_a_handle_speaks())
     long = StreamOptions(max_frames=10_000, suppress_eos=True)
+    conn, tokenizer = _join(remote)
     requests = [
         _Open(1, voice, GREEDY),
-        _Text(1, TEXT[:30]),
-        _Text(1, TEXT[30:]),
-        _Mark(1, "end"),
+        *_say(tokenizer, 1, [TEXT[:30], TEXT[30:]]),
         _Open(2, voice, long),
-        _Text(2, TEXT),
-        _Mark(2, "cancel"),
+        *_say(tokenizer, 2, [TEXT], last=None),
+        _Cancel(2),
         _Call(3, "check_voice", (voice,), {}),
-        _Text(9, "a stream the engine does not know"),
+        *_say(tokenizer, 9, ["a stream the engine does not know"]),
     ]
-    conn = _join(remote)
     try:
         # Stream 1's acknowledgement comes with its open: all of its audio, read ahead of time.
         conn.send_bytes(pickle.dumps((requests, {1: 30 * 1920})))
@@ -414,9 +549,9 @@ def test_one_batch_opens_speaks_cancels_and_calls_in_order(remote: EngineProcess
 
 def test_acknowledgements_in_a_batch_let_a_stream_read_ahead_go_on(remote: EngineProcess) -> None:
     voice = asyncio.run(remote.voice(speaker="serena"))
-    conn = _join(remote)
+    conn, tokenizer = _join(remote)
     try:
-        conn.send_bytes(pickle.dumps(([_Open(1, voice, GREEDY), _Text(1, TEXT), _Mark(1, "end")], {})))
+        conn.send_bytes(pickle.dumps(([_Open(1, voice, GREEDY), *_say(tokenizer, 1, [TEXT])], {})))
         events = _events(conn, lambda heard: _samples(heard, 1) >= 24_000)  # one second buffered
         while conn.poll(1.0):  # until it stops for want of a reader
             events.extend(pickle.loads(conn.recv_bytes())[1])
@@ -431,8 +566,8 @@ def test_acknowledgements_in_a_batch_let_a_stream_read_ahead_go_on(remote: Engin
 def test_a_server_that_dies_mid_batch_has_its_streams_cancelled(remote: EngineProcess) -> None:
     voice = asyncio.run(remote.voice(speaker="ryan"))
     long = StreamOptions(max_frames=10_000, suppress_eos=True)
-    opens = [r for i in (1, 2, 3) for r in (_Open(i, voice, long), _Text(i, TEXT))]
-    conn = _join(remote)
+    conn, tokenizer = _join(remote)
+    opens = [r for i in (1, 2, 3) for r in (_Open(i, voice, long), *_say(tokenizer, i, [TEXT], last=None))]
     conn.send_bytes(pickle.dumps((opens, {})))
     _until(lambda: remote.live_streams == 3, 30)  # every server hears that the engine is full
     # Half a message, then gone: the length says 1,000 bytes, 7 come.

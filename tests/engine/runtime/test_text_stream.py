@@ -1,3 +1,5 @@
+import itertools
+import pickle
 import random
 
 import pytest
@@ -5,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from voicewire.engine.model.text_tokenizer import PATCHED_REGEX, QWEN2_REGEX, TextTokenizer
-from voicewire.engine.runtime.text_stream import IncrementalTokenizer, TextToken
+from voicewire.engine.runtime.text_stream import IncrementalTokenizer, PackedTokens, TextToken
 
 PIECES = [
     "Hello",
@@ -116,3 +118,21 @@ def test_random_long_text_in_random_pieces(tokenizer: TextTokenizer) -> None:
     text = "".join(rng.choice(PIECES) for _ in range(2000))
     cuts = [rng.randrange(len(text)) for _ in range(400)]
     assert [t.id for t in _push_in_pieces(tokenizer, text, cuts)] == tokenizer.encode(text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    parts=st.lists(st.sampled_from(PIECES), min_size=1, max_size=25),
+    cut_fractions=st.lists(st.floats(0, 1), max_size=12),
+)
+def test_packed_tokens_cross_a_pipe_unchanged(tokenizer: TextTokenizer, parts, cut_fractions) -> None:
+    """Each push's tokens, and the flushed tail, as the engine process rebuilds them (tokens that
+    share a character, with no text of their own, included)."""
+    text = "".join(parts)
+    cuts = sorted({int(f * len(text)) for f in cut_fractions} | {0, len(text)})
+    stream = IncrementalTokenizer(tokenizer)
+    batches = [stream.push(text[a:b]) for a, b in itertools.pairwise(cuts)] + [stream.flush()]
+    for batch in batches:
+        packed = pickle.loads(pickle.dumps(PackedTokens.of(batch), protocol=pickle.HIGHEST_PROTOCOL))
+        assert packed.unpack() == batch
+    assert "".join(t.text for batch in batches for t in batch) == text
