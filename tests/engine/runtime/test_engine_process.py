@@ -3,6 +3,7 @@ same audio as in this process (the text tokenized in the server), several server
 its key, a child that dies, and requests that cross in batches."""
 
 import asyncio
+import collections
 import concurrent.futures
 import multiprocessing
 import os
@@ -314,6 +315,7 @@ def test_a_dead_engine_process_is_started_again_and_its_workers_join_it(config: 
     lost: list[str] = []
     with EngineProcess.start(config, on_lost=lambda: lost.append("owner")) as engine:
         worker = EngineProcess.connect(engine.address, engine.authkey, on_lost=lambda: lost.append("worker"))
+        threads = _connection_threads()  # the module's engine process's connection has some too
         first_pid = engine.pid
         result = asyncio.run(_kill_mid_stream(engine))
         assert result.reason == "error" and engine.live_streams == 0
@@ -321,11 +323,20 @@ def test_a_dead_engine_process_is_started_again_and_its_workers_join_it(config: 
             asyncio.run(_open_one(engine))
         _until(lambda: engine.healthy and worker.healthy, 120)
         assert engine.pid != first_pid and engine.restarts == 1 and worker.restarts == 1
+        # Each new connection has a reader and a writer of its own; the dead ones' threads are gone.
+        _until(lambda: _connection_threads() == threads, 10)
         for client in (engine, worker):
             heard = asyncio.run(_speak_one(client))
             assert heard.codes.shape == (30, 16)
         assert lost == [] and not engine.exited
         worker.close()
+
+
+def _connection_threads() -> collections.Counter[str]:
+    """This process's threads of engine-process connections (readers, writers, restarts), by name."""
+    return collections.Counter(
+        t.name for t in threading.enumerate() if t.name.startswith("voicewire-engine-")
+    )
 
 
 def test_an_engine_process_that_keeps_dying_is_given_up(config: EngineConfig) -> None:
