@@ -282,17 +282,15 @@ def conv_time_major(conv: nn.Conv1d | nn.ConvTranspose1d, x: Tensor, with_bias: 
 def conv_input(
     x: Tensor, state: StateRows, slot: int, act: SnakeBeta | None, bias: Tensor | None = None
 ) -> Tensor:
-    """act(x) after the carried context of conv slot `slot` (-1: a conv without context) along
-    time; the context is updated to the last frames. `bias`: the previous conv's, still to be added
-    to x (only before an activation without context)."""
+    """act(x + bias) after the carried context of conv slot `slot` (-1: a conv without context)
+    along time; the context is updated to the last frames. `bias` [C]: conv biases still to be
+    added to x (left pending by the convs before it), which only an activation adds."""
+    if act is None:
+        assert bias is None, "a pending bias needs an activation to add it"
     if slot < 0:
-        if act is None:
-            assert bias is None
-            return x
-        return act(x, bias)
-    assert bias is None
+        return x if act is None else act(x, bias)
     context = state.conv(slot)
-    full = torch.cat([context, x], dim=1) if act is None else act(x, context=context)
+    full = torch.cat([context, x], dim=1) if act is None else act(x, bias, context=context)
     state.set_conv(slot, full[:, -context.shape[1] :])
     return full
 
@@ -333,9 +331,17 @@ class CausalTransConv(nn.Module):
         self.context = -(-(kernel - stride) // stride)
         self.slot = -1
 
-    def forward(self, x: Tensor, state: StateRows, act: SnakeBeta | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        state: StateRows,
+        act: SnakeBeta | None = None,
+        bias: Tensor | None = None,
+        with_bias: bool = True,
+    ) -> Tensor:
+        """`bias`: pending before `act`; `with_bias=False`: leave this conv's to the caller."""
         n = x.shape[1]
-        out = conv_time_major(self.conv, conv_input(x, state, self.slot, act))
+        out = conv_time_major(self.conv, conv_input(x, state, self.slot, act, bias), with_bias)
         if self.context == 0:
             return out
         start = self.context * self.stride
@@ -359,8 +365,7 @@ class SnakeBeta(nn.Module):
             return fused_snake.snake_beta(x, self.alpha, self.beta, bias, context)
         if context is None:
             return pointwise.snake_beta(x, self.alpha, self.beta, bias)
-        assert bias is None
-        return pointwise.snake_beta_after(context, x, self.alpha, self.beta)
+        return pointwise.snake_beta_after(context, x, self.alpha, self.beta, bias)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -379,7 +384,21 @@ class ConvNeXtBlock(nn.Module):
         return self.kernels.fuse(pointwise.scaled_add)(x, self.gamma, h)
 
 
+def _plus(a: Tensor | None, b: Tensor | None) -> Tensor | None:
+    """The sum of two pending biases, either of which may be none."""
+    return b if a is None else a if b is None else a + b
+
+
 class ResidualUnit(nn.Module):
+    """x + conv2(act2(conv1(act1(x)))), on a residual stream whose conv biases are left pending.
+
+    A decoder block's residual stream is its largest tensor, and adding a per-channel bias to it is
+    a pass over all of it. So the stream goes from conv to conv without them: `pending` [C] is what
+    the convs before left out, and each activation that reads the stream adds it on the way in (in
+    its one pass). The residual sum is conv2's matmul into the stream itself where the stream is
+    one contiguous matrix (a GEMM reading it, not a matmul and then a sum), and conv2's bias joins
+    the pending ones."""
+
     def __init__(self, dim: int, dilation: int) -> None:
         super().__init__()
         self.act1 = SnakeBeta(dim)
@@ -387,10 +406,19 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv(dim, dim, 1)
 
-    def forward(self, x: Tensor, state: StateRows) -> Tensor:
+    def forward(
+        self, x: Tensor, state: StateRows, pending: Tensor | None
+    ) -> tuple[Tensor, Tensor | None]:
+        """(x + unit(x + pending) - pending', pending'): the stream x is consumed (summed into in place)."""
         # conv1's bias goes into act2's pass: one trip less over the block's largest tensor.
-        h = self.conv1(x, state, self.act1, with_bias=False)
-        return x + self.conv2(h, state, self.act2, bias=self.conv1.conv.bias)
+        h = self.conv1(x, state, self.act1, bias=pending, with_bias=False)
+        h = conv_input(h, state, self.conv2.slot, self.act2, self.conv1.conv.bias)
+        weight = self.conv2.conv.weight[..., 0]  # a 1x1 conv: a matmul over the channels
+        if x.is_contiguous():
+            x.view(-1, x.shape[-1]).addmm_(h.view(-1, h.shape[-1]), weight.t())
+        else:  # the first unit's input: a time slice of the transposed conv's output
+            x = x + F.linear(h, weight)
+        return x, _plus(pending, self.conv2.conv.bias)
 
 
 class DecoderBlock(nn.Module):
@@ -399,12 +427,16 @@ class DecoderBlock(nn.Module):
         units = [ResidualUnit(c_out, d) for d in (1, 3, 9)]
         self.block = nn.ModuleList([SnakeBeta(c_in), CausalTransConv(c_in, c_out, 2 * rate, rate), *units])
 
-    def forward(self, x: Tensor, state: StateRows) -> Tensor:
+    def forward(
+        self, x: Tensor, state: StateRows, pending: Tensor | None
+    ) -> tuple[Tensor, Tensor | None]:
+        """x (its conv biases `pending`, see ResidualUnit) -> the block's output and its pending biases."""
         act, trans_conv, *units = self.block
-        x = trans_conv(x, state, act)
+        x = trans_conv(x, state, act, bias=pending, with_bias=False)
+        pending = trans_conv.conv.bias
         for unit in units:
-            x = unit(x, state)
-        return x
+            x, pending = unit(x, state, pending)
+        return x, pending
 
 
 # --- sliding-window transformer -----------------------------------------------------------------
@@ -573,10 +605,11 @@ class CodecDecoder(nn.Module):
         for trans_conv, block in self.upsample:
             h = block(trans_conv(h, part), part)
         first, *blocks, act, last = self.decoder
-        h = first(h, part)
+        h = first(h, part, with_bias=False)
+        pending = first.conv.bias  # each activation adds the biases left pending (ResidualUnit)
         for block in blocks:
-            h = block(h, part)
-        h = last(h, part, act)  # [B, n * 1920, 1]
+            h, pending = block(h, part, pending)
+        h = last(h, part, act, bias=pending)  # [B, n * 1920, 1]
         part.advance(codes.shape[1])
         return h[..., 0].clamp(-1.0, 1.0)
 
