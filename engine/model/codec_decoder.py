@@ -406,9 +406,7 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv(dim, dim, 1)
 
-    def forward(
-        self, x: Tensor, state: StateRows, pending: Tensor | None
-    ) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, state: StateRows, pending: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """(x + unit(x + pending) - pending', pending'): the stream x is consumed (summed into in place)."""
         # conv1's bias goes into act2's pass: one trip less over the block's largest tensor.
         h = self.conv1(x, state, self.act1, bias=pending, with_bias=False)
@@ -427,9 +425,7 @@ class DecoderBlock(nn.Module):
         units = [ResidualUnit(c_out, d) for d in (1, 3, 9)]
         self.block = nn.ModuleList([SnakeBeta(c_in), CausalTransConv(c_in, c_out, 2 * rate, rate), *units])
 
-    def forward(
-        self, x: Tensor, state: StateRows, pending: Tensor | None
-    ) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, state: StateRows, pending: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """x (its conv biases `pending`, see ResidualUnit) -> the block's output and its pending biases."""
         act, trans_conv, *units = self.block
         x = trans_conv(x, state, act, bias=pending, with_bias=False)

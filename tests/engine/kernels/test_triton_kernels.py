@@ -43,7 +43,9 @@ def test_every_launch_compiles_for_hopper() -> None:
     assert kernels.count("_attention_kernel") == 40
     # fused_layer.attention_launch's three settings for the talker, and the predictor's.
     assert {(d["BLOCK_L"], d["num_warps"]) for d in launches if d["kernel"] == "_attention_kernel"} == {
-        (64, 4), (32, 1), (16, 1)
+        (64, 4),
+        (32, 1),
+        (16, 1),
     }
     assert {d["ROPE_TABLES"] for d in launches if "ROPE_TABLES" in d} == {True, False}
     # With it, each kernel waits for the previous one and lets the next start (engine.pdl).
