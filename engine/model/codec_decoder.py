@@ -384,11 +384,6 @@ class ConvNeXtBlock(nn.Module):
         return self.kernels.fuse(pointwise.scaled_add)(x, self.gamma, h)
 
 
-def _plus(a: Tensor | None, b: Tensor | None) -> Tensor | None:
-    """The sum of two pending biases, either of which may be none."""
-    return b if a is None else a if b is None else a + b
-
-
 class ResidualUnit(nn.Module):
     """x + conv2(act2(conv1(act1(x)))), on a residual stream whose conv biases are left pending.
 
@@ -397,7 +392,7 @@ class ResidualUnit(nn.Module):
     the convs before left out, and each activation that reads the stream adds it on the way in (in
     its one pass). The residual sum is conv2's matmul into the stream itself where the stream is
     one contiguous matrix (a GEMM reading it, not a matmul and then a sum), and conv2's bias joins
-    the pending ones."""
+    the pending ones (`DecoderBlock.pending`)."""
 
     def __init__(self, dim: int, dilation: int) -> None:
         super().__init__()
@@ -406,17 +401,16 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv(dim, dim, 1)
 
-    def forward(self, x: Tensor, state: StateRows, pending: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        """(x + unit(x + pending) - pending', pending'): the stream x is consumed (summed into in place)."""
+    def forward(self, x: Tensor, state: StateRows, pending: Tensor) -> Tensor:
+        """x + unit(x + pending) - conv2's bias. The stream x is consumed: summed into in place."""
         # conv1's bias goes into act2's pass: one trip less over the block's largest tensor.
         h = self.conv1(x, state, self.act1, bias=pending, with_bias=False)
         h = conv_input(h, state, self.conv2.slot, self.act2, self.conv1.conv.bias)
         weight = self.conv2.conv.weight[..., 0]  # a 1x1 conv: a matmul over the channels
         if x.is_contiguous():
             x.view(-1, x.shape[-1]).addmm_(h.view(-1, h.shape[-1]), weight.t())
-        else:  # the first unit's input: a time slice of the transposed conv's output
-            x = x + F.linear(h, weight)
-        return x, _plus(pending, self.conv2.conv.bias)
+            return x
+        return x + F.linear(h, weight)  # the first unit's input: a time slice of the transposed conv's output
 
 
 class DecoderBlock(nn.Module):
@@ -424,15 +418,32 @@ class DecoderBlock(nn.Module):
         super().__init__()
         units = [ResidualUnit(c_out, d) for d in (1, 3, 9)]
         self.block = nn.ModuleList([SnakeBeta(c_in), CausalTransConv(c_in, c_out, 2 * rate, rate), *units])
+        # The conv biases the stream leaves pending after the transposed conv and after each unit,
+        # summed once at load (`prepare`): the last is what the block's output still lacks.
+        self.pending: list[Tensor] = []
 
-    def forward(self, x: Tensor, state: StateRows, pending: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        """x (its conv biases `pending`, see ResidualUnit) -> the block's output and its pending biases."""
+    def prepare(self) -> None:
+        _, trans_conv, *units = self.block
+        biases = [trans_conv.conv.bias, *(unit.conv2.conv.bias for unit in units)]
+        assert all(b is not None for b in biases), "the released decoder's convs all have biases"
+        dtype = biases[0].dtype if biases[0] is not None else torch.float32
+        # Summed in at least float32, then rounded once to the weights' dtype.
+        wide = torch.promote_types(dtype, torch.float32)
+        sums = torch.stack([b.detach().to(wide) for b in biases if b is not None]).cumsum(0)
+        self.pending = list(sums.to(dtype).unbind())
+
+    def forward(self, x: Tensor, state: StateRows, pending: Tensor | None) -> Tensor:
+        """x (lacking its `pending` conv biases, ResidualUnit) -> the block's output, lacking
+        `self.pending[-1]`."""
+        if not self.pending:
+            raise RuntimeError(
+                "the decoder block's pending biases are not summed: call CodecDecoder.prepare()"
+            )
         act, trans_conv, *units = self.block
         x = trans_conv(x, state, act, bias=pending, with_bias=False)
-        pending = trans_conv.conv.bias
-        for unit in units:
-            x, pending = unit(x, state, pending)
-        return x, pending
+        for unit, unit_pending in zip(units, self.pending, strict=False):
+            x = unit(x, state, unit_pending)
+        return x
 
 
 # --- sliding-window transformer -----------------------------------------------------------------
@@ -569,9 +580,12 @@ class CodecDecoder(nn.Module):
 
     def prepare(self) -> None:
         """Derive the inference forms of the loaded weights, in place, on their device: the
-        quantizer's folded table, and channels-last conv weights, as the activations are, so no
-        conv converts its weight."""
+        quantizer's folded table, each block's sums of pending conv biases (`ResidualUnit`), and
+        channels-last conv weights, as the activations are, so no conv converts its weight."""
         self.quantizer.fold()
+        for m in self.modules():
+            if isinstance(m, DecoderBlock):
+                m.prepare()
         for m in self.modules():
             if isinstance(m, nn.Conv1d | nn.ConvTranspose1d) and m.groups == 1:
                 m.weight.data = m.weight.data.mT.contiguous().mT
@@ -604,7 +618,8 @@ class CodecDecoder(nn.Module):
         h = first(h, part, with_bias=False)
         pending = first.conv.bias  # each activation adds the biases left pending (ResidualUnit)
         for block in blocks:
-            h, pending = block(h, part, pending)
+            h = block(h, part, pending)
+            pending = block.pending[-1]
         h = last(h, part, act, bias=pending)  # [B, n * 1920, 1]
         part.advance(codes.shape[1])
         return h[..., 0].clamp(-1.0, 1.0)
