@@ -69,7 +69,6 @@ def compile_call(kernel, args: tuple, kwargs: dict) -> dict:
         "launch_pdl": bool(compiled.metadata.launch_pdl),
         "waits": "griddepcontrol.wait" in ptx,
         "launches_dependents": "griddepcontrol.launch_dependents" in ptx,
-        "num_warps": options.get("num_warps"),
     } | constants
 
 
@@ -142,8 +141,7 @@ def _launches(pdl: bool) -> list[tuple]:
             found += recorded(*gemv, x, q_k_v, x, x[0], 1e-6, pdl=pdl)
             found += recorded(*gemv, x, gate_up, x, x[0], 1e-6, True, pdl=pdl)
             found += recorded(*gemv, wide, torch.zeros(1024, 3072, dtype=dtype), pdl=pdl)  # down
-        # The talker at 1, 8, 64 and 256 rows (each launch setting of `attention_launch`), the predictor.
-        for batch, t, span in ((1, 1, 128), (1, 2, 16), (8, 1, 1024), (64, 1, 1024), (256, 1, 1024)):
+        for batch, t, span in ((1, 1, 128), (1, 2, 16), (8, 1, 1024)):
             qkv, cos = torch.zeros(batch, t, 4096, dtype=dtype), torch.zeros(batch, t, 128)
             positions, norm = torch.zeros(batch, t, dtype=torch.long), torch.ones(128, dtype=dtype)
             cache = torch.zeros(batch, 8, 1024, 128, dtype=dtype)

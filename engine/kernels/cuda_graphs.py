@@ -31,17 +31,11 @@ def put_bytes(dst: np.ndarray, src: np.ndarray | bytes | memoryview) -> None:
     memoryview(dst).cast("B")[:] = memoryview(src).cast("B")
 
 
-def capture(
-    run: Callable[[], None], device: torch.device, pool: tuple | None, stream: torch.cuda.Stream
-) -> torch.cuda.CUDAGraph:
+def capture(run: Callable[[], None], device: torch.device, pool: tuple | None) -> torch.cuda.CUDAGraph:
     """Warm `run` up on a side stream (first calls allocate, compile and pick kernels), then
-    capture it on `stream`, allocating from `pool` (None: a new one; graphs replayed one at a time
-    may share).
+    capture it, allocating from `pool` (None: a new one; graphs replayed one at a time may share).
 
-    Graphs that replay at the same time (the talker's steps and the decoder's passes) need capture
-    streams of their own: a captured cuBLAS call keeps the workspace of the stream it was captured
-    on, and two graphs captured on one stream (torch.cuda.graph's default) would both write it at
-    once. The warm-up runs execute for real: the caller makes them harmless to its state."""
+    The warm-up runs execute for real: the caller makes them harmless to its state."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
@@ -50,6 +44,6 @@ def capture(
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     # thread_local: another thread (the decoder's) may keep working on its own stream meanwhile.
-    with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
         run()
     return graph

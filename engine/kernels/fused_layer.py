@@ -309,23 +309,6 @@ def _attention_kernel(
     tl.store(out_at, (acc / total[:, None]).to(dtype), mask=r_ok[:, None])
 
 
-def attention_launch(programs: int, span: int) -> tuple[int, int, int]:
-    """(BLOCK_L, num_warps, num_stages) for `programs` (batch rows x key heads) over `span`, as timed
-    on an H200 (docs/log/2026-11.md, "The attention kernel's launch"). Few programs cannot fill the
-    SMs, so each takes long blocks and four warps; many programs fill them several times over, and
-    short blocks on one warp let more of them stay resident to hide each other's loads (at 256
-    rows: talker 40.7 -> 28.9 us a layer, predictor 12.7 -> 8.2)."""
-    if span <= 16:  # the code predictor's 16 positions: one block, at any batch
-        return 16, 1, 2
-    if programs < 256:
-        block, warps, stages = 64, 4, 3
-    elif programs < 1024:
-        block, warps, stages = 32, 1, 3
-    else:
-        block, warps, stages = 16, 1, 2
-    return min(block, max(16, triton.next_power_of_2(span))), warps, stages
-
-
 def attend(
     qkv: Tensor,
     q_norm: Tensor,
@@ -360,7 +343,6 @@ def attend(
             f"cos/sin {tuple(cos.shape)} fit neither rows ({b}, {t}, {d}) nor tables ({length}, {d})"
         )
     out = torch.empty(b, t, heads * d, device=qkv.device, dtype=qkv.dtype)
-    block_l, warps, stages = attention_launch(b * kv, span)
     _attention_kernel[(b, kv)](
         qkv.contiguous(),
         q_norm,
@@ -381,11 +363,9 @@ def attend(
         KV=kv,
         D=d,
         BLOCK_R=max(16, triton.next_power_of_2(groups * t)),
-        BLOCK_L=block_l,
+        BLOCK_L=min(64, max(16, triton.next_power_of_2(span))),
         IEEE=qkv.dtype == torch.float32,
         ROPE_TABLES=tables,
-        num_warps=warps,
-        num_stages=stages,
         **launch_options(pdl),
     )
     return out

@@ -149,15 +149,13 @@ def snake_beta(
     return y.sin_().pow_(2).mul_(1.0 / (log_beta.exp() + 1e-9)).add_(x)
 
 
-def snake_beta_after(
-    context: Tensor, x: Tensor, log_alpha: Tensor, log_beta: Tensor, bias: Tensor | None = None
-) -> Tensor:
-    """[context, snake_beta(x + bias)] along time ([B, c, C] and [B, T, C]): the input of the causal
-    conv after the activation, the activation written in place after the context."""
+def snake_beta_after(context: Tensor, x: Tensor, log_alpha: Tensor, log_beta: Tensor) -> Tensor:
+    """[context, snake_beta(x)] along time ([B, c, C] and [B, T, C]): the input of the causal conv
+    after the activation, the activation written in place after the context."""
     c = context.shape[1]
     full = x.new_empty(x.shape[0], c + x.shape[1], x.shape[2])
     full[:, :c] = context
-    snake_beta(x, log_alpha, log_beta, bias, out=full[:, c:])
+    snake_beta(x, log_alpha, log_beta, out=full[:, c:])
     return full
 
 

@@ -282,15 +282,17 @@ def conv_time_major(conv: nn.Conv1d | nn.ConvTranspose1d, x: Tensor, with_bias: 
 def conv_input(
     x: Tensor, state: StateRows, slot: int, act: SnakeBeta | None, bias: Tensor | None = None
 ) -> Tensor:
-    """act(x + bias) after the carried context of conv slot `slot` (-1: a conv without context)
-    along time; the context is updated to the last frames. `bias` [C]: conv biases still to be
-    added to x (left pending by the convs before it), which only an activation adds."""
-    if act is None:
-        assert bias is None, "a pending bias needs an activation to add it"
+    """act(x) after the carried context of conv slot `slot` (-1: a conv without context) along
+    time; the context is updated to the last frames. `bias`: the previous conv's, still to be added
+    to x (only before an activation without context)."""
     if slot < 0:
-        return x if act is None else act(x, bias)
+        if act is None:
+            assert bias is None
+            return x
+        return act(x, bias)
+    assert bias is None
     context = state.conv(slot)
-    full = torch.cat([context, x], dim=1) if act is None else act(x, bias, context=context)
+    full = torch.cat([context, x], dim=1) if act is None else act(x, context=context)
     state.set_conv(slot, full[:, -context.shape[1] :])
     return full
 
@@ -331,17 +333,9 @@ class CausalTransConv(nn.Module):
         self.context = -(-(kernel - stride) // stride)
         self.slot = -1
 
-    def forward(
-        self,
-        x: Tensor,
-        state: StateRows,
-        act: SnakeBeta | None = None,
-        bias: Tensor | None = None,
-        with_bias: bool = True,
-    ) -> Tensor:
-        """`bias`: pending before `act`; `with_bias=False`: leave this conv's to the caller."""
+    def forward(self, x: Tensor, state: StateRows, act: SnakeBeta | None = None) -> Tensor:
         n = x.shape[1]
-        out = conv_time_major(self.conv, conv_input(x, state, self.slot, act, bias), with_bias)
+        out = conv_time_major(self.conv, conv_input(x, state, self.slot, act))
         if self.context == 0:
             return out
         start = self.context * self.stride
@@ -365,7 +359,8 @@ class SnakeBeta(nn.Module):
             return fused_snake.snake_beta(x, self.alpha, self.beta, bias, context)
         if context is None:
             return pointwise.snake_beta(x, self.alpha, self.beta, bias)
-        return pointwise.snake_beta_after(context, x, self.alpha, self.beta, bias)
+        assert bias is None
+        return pointwise.snake_beta_after(context, x, self.alpha, self.beta)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -385,15 +380,6 @@ class ConvNeXtBlock(nn.Module):
 
 
 class ResidualUnit(nn.Module):
-    """x + conv2(act2(conv1(act1(x)))), on a residual stream whose conv biases are left pending.
-
-    A decoder block's residual stream is its largest tensor, and adding a per-channel bias to it is
-    a pass over all of it. So the stream goes from conv to conv without them: `pending` [C] is what
-    the convs before left out, and each activation that reads the stream adds it on the way in (in
-    its one pass). The residual sum is conv2's matmul into the stream itself where the stream is
-    one contiguous matrix (a GEMM reading it, not a matmul and then a sum), and conv2's bias joins
-    the pending ones (`DecoderBlock.pending`)."""
-
     def __init__(self, dim: int, dilation: int) -> None:
         super().__init__()
         self.act1 = SnakeBeta(dim)
@@ -401,16 +387,10 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv(dim, dim, 1)
 
-    def forward(self, x: Tensor, state: StateRows, pending: Tensor) -> Tensor:
-        """x + unit(x + pending) - conv2's bias. The stream x is consumed: summed into in place."""
+    def forward(self, x: Tensor, state: StateRows) -> Tensor:
         # conv1's bias goes into act2's pass: one trip less over the block's largest tensor.
-        h = self.conv1(x, state, self.act1, bias=pending, with_bias=False)
-        h = conv_input(h, state, self.conv2.slot, self.act2, self.conv1.conv.bias)
-        weight = self.conv2.conv.weight[..., 0]  # a 1x1 conv: a matmul over the channels
-        if x.is_contiguous():
-            x.view(-1, x.shape[-1]).addmm_(h.view(-1, h.shape[-1]), weight.t())
-            return x
-        return x + F.linear(h, weight)  # the first unit's input: a time slice of the transposed conv's output
+        h = self.conv1(x, state, self.act1, with_bias=False)
+        return x + self.conv2(h, state, self.act2, bias=self.conv1.conv.bias)
 
 
 class DecoderBlock(nn.Module):
@@ -418,31 +398,12 @@ class DecoderBlock(nn.Module):
         super().__init__()
         units = [ResidualUnit(c_out, d) for d in (1, 3, 9)]
         self.block = nn.ModuleList([SnakeBeta(c_in), CausalTransConv(c_in, c_out, 2 * rate, rate), *units])
-        # The conv biases the stream leaves pending after the transposed conv and after each unit,
-        # summed once at load (`prepare`): the last is what the block's output still lacks.
-        self.pending: list[Tensor] = []
 
-    def prepare(self) -> None:
-        _, trans_conv, *units = self.block
-        biases = [trans_conv.conv.bias, *(unit.conv2.conv.bias for unit in units)]
-        assert all(b is not None for b in biases), "the released decoder's convs all have biases"
-        dtype = biases[0].dtype if biases[0] is not None else torch.float32
-        # Summed in at least float32, then rounded once to the weights' dtype.
-        wide = torch.promote_types(dtype, torch.float32)
-        sums = torch.stack([b.detach().to(wide) for b in biases if b is not None]).cumsum(0)
-        self.pending = list(sums.to(dtype).unbind())
-
-    def forward(self, x: Tensor, state: StateRows, pending: Tensor | None) -> Tensor:
-        """x (lacking its `pending` conv biases, ResidualUnit) -> the block's output, lacking
-        `self.pending[-1]`."""
-        if not self.pending:
-            raise RuntimeError(
-                "the decoder block's pending biases are not summed: call CodecDecoder.prepare()"
-            )
+    def forward(self, x: Tensor, state: StateRows) -> Tensor:
         act, trans_conv, *units = self.block
-        x = trans_conv(x, state, act, bias=pending, with_bias=False)
-        for unit, unit_pending in zip(units, self.pending, strict=False):
-            x = unit(x, state, unit_pending)
+        x = trans_conv(x, state, act)
+        for unit in units:
+            x = unit(x, state)
         return x
 
 
@@ -580,12 +541,9 @@ class CodecDecoder(nn.Module):
 
     def prepare(self) -> None:
         """Derive the inference forms of the loaded weights, in place, on their device: the
-        quantizer's folded table, each block's sums of pending conv biases (`ResidualUnit`), and
-        channels-last conv weights, as the activations are, so no conv converts its weight."""
+        quantizer's folded table, and channels-last conv weights, as the activations are, so no
+        conv converts its weight."""
         self.quantizer.fold()
-        for m in self.modules():
-            if isinstance(m, DecoderBlock):
-                m.prepare()
         for m in self.modules():
             if isinstance(m, nn.Conv1d | nn.ConvTranspose1d) and m.groups == 1:
                 m.weight.data = m.weight.data.mT.contiguous().mT
@@ -615,12 +573,10 @@ class CodecDecoder(nn.Module):
         for trans_conv, block in self.upsample:
             h = block(trans_conv(h, part), part)
         first, *blocks, act, last = self.decoder
-        h = first(h, part, with_bias=False)
-        pending = first.conv.bias  # each activation adds the biases left pending (ResidualUnit)
+        h = first(h, part)
         for block in blocks:
-            h = block(h, part, pending)
-            pending = block.pending[-1]
-        h = last(h, part, act, bias=pending)  # [B, n * 1920, 1]
+            h = block(h, part)
+        h = last(h, part, act)  # [B, n * 1920, 1]
         part.advance(codes.shape[1])
         return h[..., 0].clamp(-1.0, 1.0)
 

@@ -105,8 +105,6 @@ class BatchedDecoder:
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] | None = {} if graphs else None
         self._reset_graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if graphs else None
         self._pool = None
-        # Its own capture stream: its graphs replay beside the talker's (cuda_graphs.capture).
-        self.capture_stream = torch.cuda.Stream(self.device) if graphs else None
         self._shapes: dict[tuple[int, int], _Shape] = {}
         if self.buckets is not None:
             self._allocate_static(graphs)
@@ -303,8 +301,7 @@ class BatchedDecoder:
         if graph is not None:
             return graph
         self._scratch_inputs(b)  # the warm-up runs are real
-        assert self.capture_stream is not None
-        graph = cuda_graphs.capture(run, self.device, self._pool, self.capture_stream)
+        graph = cuda_graphs.capture(run, self.device, self._pool)
         self._pool = graph.pool()
         graphs[key] = graph
         log.debug("captured a decoder graph %s", key)

@@ -230,8 +230,6 @@ class FrameStepper:
         # One graph per (bucket, draw, span): TOP_K serves greedy slots too, FULL serves every slot.
         self._graphs: dict[tuple[int, Draw, int], torch.cuda.CUDAGraph] | None = {} if graphs else None
         self._pool = None
-        # Its own capture stream: its graphs replay beside the decoder's (cuda_graphs.capture).
-        self.capture_stream = torch.cuda.Stream(device) if graphs else None
 
     def configure(self, slot: int, options: GenerationOptions, seed: int | None) -> None:
         """Give `slot` a stream's settings and noise seed (None: a random one). They are staged on
@@ -446,8 +444,7 @@ class FrameStepper:
             for t in reversed(lengths):
                 for b in reversed(batches):
                     run = functools.partial(self._prefill_compute, b, t, span)
-                    assert self.capture_stream is not None
-                    graph = cuda_graphs.capture(run, self.device, self._pool, self.capture_stream)
+                    graph = cuda_graphs.capture(run, self.device, self._pool)
                     self._pool = graph.pool()
                     self._prefill_graphs[(b, t, span)] = graph
         log.info(
@@ -466,10 +463,7 @@ class FrameStepper:
         # With every row inactive, the warm-up runs change nothing that is read.
         saved = self.inputs[:b].clone()
         self.inputs[:b] = 0
-        assert self.capture_stream is not None
-        graph = cuda_graphs.capture(
-            lambda: self._compute(b, draw, span), self.device, self._pool, self.capture_stream
-        )
+        graph = cuda_graphs.capture(lambda: self._compute(b, draw, span), self.device, self._pool)
         self._pool = graph.pool()
         self._graphs[(b, draw, span)] = graph
         self.inputs[:b] = saved

@@ -117,45 +117,6 @@ def test_attention_equals_unfused_and_writes_only_its_positions(
     torch.testing.assert_close(out, want)
 
 
-@pytest.mark.parametrize("launch", [(64, 4, 3), (32, 1, 3), (16, 1, 2)])
-def test_attention_is_the_same_in_every_launch_setting(
-    monkeypatch: pytest.MonkeyPatch, launch: tuple[int, int, int]
-) -> None:
-    """Each of `attention_launch`'s settings (the block of keys a loop step reads, warps, stages), with
-    rows whose positions end in different blocks of each."""
-    gen = torch.Generator().manual_seed(7)
-    b, h, kv, d, length, span = 4, CFG.num_heads, CFG.num_kv_heads, CFG.head_dim, 80, 80
-    qkv = torch.randn(b, 1, (h + 2 * kv) * d, generator=gen).to(DEVICE)
-    q_norm, k_norm = torch.ones(d, device=DEVICE), torch.ones(d, device=DEVICE)
-    k_cache = torch.randn(b, kv, length, d, generator=gen).to(DEVICE)
-    v_cache = torch.randn(b, kv, length, d, generator=gen).to(DEVICE)
-    pos = torch.tensor([[0], [15], [33], [79]], device=DEVICE)
-    cos_table, sin_table = (t.to(DEVICE) for t in rope_tables(d, CFG.rope_theta, torch.arange(length)))
-    want = _unfused_attention(
-        qkv, q_norm, k_norm, pos, k_cache.clone(), v_cache.clone(), span, cos_table, sin_table
-    )
-    monkeypatch.setattr(fused_layer, "attention_launch", lambda programs, span: launch)
-    out = fused_layer.attend(
-        qkv, q_norm, k_norm, CFG.rms_norm_eps, cos_table, sin_table, pos, k_cache, v_cache, span, h
-    )
-    torch.testing.assert_close(out, want)
-
-
-@pytest.mark.parametrize(
-    ("programs", "span", "launch"),
-    [
-        (8, 96, (64, 4, 3)),  # one stream's talker layer: long blocks, four warps
-        (8, 32, (32, 4, 3)),  # ... no longer than the span
-        (512, 96, (32, 1, 3)),  # 64 streams
-        (2048, 96, (16, 1, 2)),  # 256 streams
-        (8, 16, (16, 1, 2)),  # the code predictor's 16 positions, at any batch
-        (4096, 16, (16, 1, 2)),
-    ],
-)
-def test_attention_launch_by_programs_and_span(programs: int, span: int, launch: tuple) -> None:
-    assert fused_layer.attention_launch(programs, span) == launch
-
-
 def test_attention_reads_no_key_block_past_its_rows_position() -> None:
     """A row reads the cache up to the block that holds its own position, whatever the span: NaNs
     after that block (a sequence that failed there before) change nothing. Row 1 reaches the
