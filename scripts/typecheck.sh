@@ -13,6 +13,7 @@ MYPYPATH="$tree" "$venv/bin/mypy" --config-file pyproject.toml \
   -p voicewire.server -p voicewire.client -p voicewire.integrations \
   -m voicewire.engine -m voicewire.engine.api -m voicewire.engine.runtime.handle -m voicewire.engine.runtime.voices \
   -m voicewire.engine.runtime.backend -m voicewire.engine.runtime.engine -m voicewire.engine.runtime.engine_process \
+  -m voicewire.engine.runtime.engine_host -m voicewire.engine.runtime.engine_wire \
   -m voicewire.engine.runtime.stream -m voicewire.engine.runtime.scheduler -m voicewire.engine.vllm.scheduler \
   -m voicewire.engine.runtime.live_streams -m voicewire.engine.kernels.choice -m voicewire.engine.kernels.pdl \
   -m voicewire.engine.runtime.synthesis -m voicewire.bench.model -m voicewire.bench.engine \

@@ -28,6 +28,9 @@ took about 3% of the engine process's GIL at 256 busy streams, where the schedul
 threads set the pace; the servers have CPU to spare.
 Voices are made in a thread of their own in the engine process, so a reference audio's x-vector
 holds up no server's stream requests.
+
+This module is the servers' side; engine_host.py is the engine process's, and engine_wire.py the
+messages between them.
 """
 
 from __future__ import annotations
@@ -42,25 +45,23 @@ import multiprocessing
 import os
 import pickle
 import shutil
-import signal
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Client, Connection
 from typing import Any
 
 from voicewire.engine.config import EngineConfig, StreamOptions
-from voicewire.engine.errors import EngineError, EngineFull, StreamClosed, StreamFailed
-from voicewire.engine.model.checkpoint import CheckpointError
+from voicewire.engine.errors import EngineFull, StreamFailed
 from voicewire.engine.model.prompt import Voice
 from voicewire.engine.model.text_tokenizer import TextTokenizer
-from voicewire.engine.runtime.engine import Engine, EngineInfo, generation_options
-from voicewire.engine.runtime.gc_pauses import freeze_startup_heap
+from voicewire.engine.runtime import engine_host
+from voicewire.engine.runtime import engine_wire as wire
+from voicewire.engine.runtime.engine import generation_options
 from voicewire.engine.runtime.handle import StreamHandle, caller_loop
-from voicewire.engine.runtime.metrics import ProcessUsage
-from voicewire.engine.runtime.stream import AudioChunk, Mark, Stream, StreamResult
+from voicewire.engine.runtime.stream import Mark, StreamResult
 from voicewire.engine.runtime.text_stream import IncrementalTokenizer, PackedTokens
 from voicewire.engine.runtime.voices import VoiceCache
 
@@ -70,346 +71,6 @@ START_TIMEOUT_S = 1800.0  # loading, graph capture and (vllm backend) vLLM's own
 CALL_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 60.0
 REJOIN_EVERY_S = 0.5  # a worker's tries to join a restarted engine process
-VOICE_THREADS = 2  # voices made at once in the engine process (x-vectors, reference codes)
-# A checkpoint that is not there, a bad setting: raised again in the server, as in one process.
-SETTINGS_ERRORS = (CheckpointError, ValueError, FileNotFoundError)
-
-
-# --- what crosses the pipe ---------------------------------------------------------------------
-
-
-def _write(conn: Connection, message: object) -> None:
-    """Send one message, pickled at protocol 5. `Connection.send` uses ForkingPickler at protocol 4,
-    which copies each numpy array into a bytes object first and writes through an io.BytesIO: a
-    decoder round's audio chunks took about four times as long, on the engine process's GIL."""
-    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def _read(conn: Connection) -> Any:
-    return pickle.loads(conn.recv_bytes())
-
-
-@dataclass(frozen=True)
-class _Open:
-    stream_id: int
-    voice: Voice
-    options: StreamOptions
-
-
-@dataclass(frozen=True)
-class _Tokens:
-    """A stream's text, tokenized in the server: a push (no mark; the first one is sent even when
-    it committed no token, for the stream's first-text time), or a flush or the end with the tail."""
-
-    stream_id: int
-    tokens: PackedTokens
-    mark: Mark | None = None
-
-
-@dataclass(frozen=True)
-class _Cancel:
-    stream_id: int
-
-
-@dataclass(frozen=True)
-class _Call:
-    call_id: int
-    method: str  # voice or check_voice
-    args: tuple
-    kwargs: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class _Close:
-    """To the engine process, from its owner: stop."""
-
-
-@dataclass(frozen=True)
-class _Bye:
-    """To the engine process, from a server: this connection is done; cancel its streams."""
-
-
-@dataclass(frozen=True)
-class _Listening:
-    """To the owner, on the control pipe: the engine is loaded and its socket takes connections."""
-
-
-@dataclass(frozen=True)
-class _Ready:
-    """To a server, as it connects. The text tokenizer itself rather than the folder it was loaded
-    from: the server then commits exactly the ids the engine's tokenizer makes, whatever happened
-    to the folder's files since, and unpickling it is quicker than loading it (the real-size
-    tokenizer: 4 MB, 0.05 s to pickle here, 0.28 s to unpickle there, against 0.97 s from_folder)."""
-
-    info: EngineInfo
-    config: EngineConfig
-    tokenizer: TextTokenizer
-    live_streams: int = 0
-
-
-@dataclass(frozen=True)
-class _StartFailed:
-    message: str
-    error: Exception | None = None  # a mistake in the settings, raised again as it was
-
-
-@dataclass(frozen=True)
-class _Chunk:
-    stream_id: int
-    chunk: AudioChunk
-
-
-@dataclass(frozen=True)
-class _Finished:
-    stream_id: int
-    result: StreamResult
-
-
-@dataclass(frozen=True)
-class _Reply:
-    call_id: int
-    value: Any
-    error: EngineError | None
-
-
-def _on_cpu(voice: Voice) -> Voice:
-    """The voice with its tensors in host memory: a device tensor would make the parent open CUDA."""
-    return dataclasses.replace(
-        voice,
-        xvector=None if voice.xvector is None else voice.xvector.cpu(),
-        ref_codes=None if voice.ref_codes is None else voice.ref_codes.cpu(),
-    )
-
-
-# --- the child ---------------------------------------------------------------------------------
-
-
-class _Forward:
-    """One stream's listener in the child: its chunks and result go to the parent under its id."""
-
-    def __init__(self, stream_id: int, post: Callable[[object], None]) -> None:
-        self.stream_id = stream_id
-        self._post = post
-
-    def chunk(self, stream: Stream, chunk: AudioChunk) -> None:
-        self._post(_Chunk(self.stream_id, chunk))
-
-    def finished(self, stream: Stream, result: StreamResult) -> None:
-        self._post(_Finished(self.stream_id, result))
-
-
-@dataclass
-class _Roster:
-    """The connected servers, and whether they were last told the engine is full."""
-
-    clients: list[_Client] = dataclasses.field(default_factory=list)
-    full: bool = False
-
-
-class _Client:
-    """One connected server process, in the child: its requests drive the engine; its streams'
-    events go back to it in batches. When it disconnects, its streams are cancelled."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        conn: Connection,
-        name: str,
-        voices: concurrent.futures.Executor,
-        roster: _Roster,
-    ) -> None:
-        self.engine = engine
-        self.conn = conn
-        self.name = name
-        self.streams: dict[int, Stream] = {}
-        self._voices = voices
-        self._roster = roster
-        self._sent_live = -1  # the live-stream count this server was last told
-        self._outbox: list[object] = []
-        self._lock = threading.Lock()
-        self._pending = threading.Event()
-        self._gone = False
-        roster.clients.append(self)
-        threading.Thread(target=self._send_loop, name=f"voicewire-send-{name}", daemon=True).start()
-        threading.Thread(target=self._read_loop, name=f"voicewire-read-{name}", daemon=True).start()
-
-    def post(self, event: object) -> None:
-        with self._lock:
-            self._outbox.append(event)
-        self._pending.set()
-
-    def _recount(self) -> None:
-        """A stream opened or finished. Each server hears the engine's count of live streams with
-        every batch of its own; when the engine becomes full, or is full no more, every server
-        hears it at once, so that each refuses what the engine has no slot for (and only that).
-        Telling every server of every open would wake each one's sender as a stream starts."""
-        full = self.engine.live_streams >= self.engine.config.max_streams
-        if full != self._roster.full:
-            self._roster.full = full
-            for client in list(self._roster.clients):
-                client._pending.set()
-
-    def _send_loop(self) -> None:
-        while not self._gone:
-            self._pending.wait()
-            with self._lock:
-                batch, self._outbox = self._outbox, []
-                self._pending.clear()
-            # Counted after the batch's results were posted: a finished stream's slot is free by
-            # then (the scheduler frees it before the decoder finishes the stream).
-            live = self.engine.live_streams
-            if batch or live != self._sent_live:
-                try:
-                    _write(self.conn, (live, batch))
-                except (OSError, EOFError, ValueError):  # it went away; the reader cleans up
-                    return
-                self._sent_live = live
-
-    def _read_loop(self) -> None:
-        while True:
-            try:
-                requests, acknowledged = _read(self.conn)
-            except (EOFError, OSError):  # EOF mid-message too: the server died while writing
-                break
-            if not self._handle_batch(requests, acknowledged):
-                break
-        self._gone = True
-        self._pending.set()
-        self._roster.clients.remove(self)
-        for stream in list(self.streams.values()):
-            stream.cancel()
-        if self.streams:
-            log.info("%s disconnected: cancelled its %d streams", self.name, len(self.streams))
-        self.conn.close()
-
-    def _handle_batch(self, requests: list[object], acknowledged: dict[int, int]) -> bool:
-        """One batch from the server (`_Outbox`): its requests in order, then each stream's latest
-        count of samples consumed. False at a `_Bye`."""
-        for request in requests:
-            if isinstance(request, _Bye):
-                return False
-            try:
-                self._handle(request)
-            except Exception:  # a bug here must not take the other clients' streams down
-                log.exception("engine process: request %s from %s failed", type(request).__name__, self.name)
-        for stream_id, consumed_samples in acknowledged.items():
-            stream = self.streams.get(stream_id)
-            if stream is not None:  # else finished here while the server was still reading it
-                stream.acknowledge(consumed_samples)
-        return True
-
-    def _handle(self, request: object) -> None:
-        if isinstance(request, _Call):
-            # Off this thread: an x-vector takes a while, and this thread carries every request
-            # of this server's streams.
-            self._voices.submit(lambda: self.post(self._call(request)))
-        elif isinstance(request, _Open):
-            self._open(request)
-        elif isinstance(request, _Tokens | _Cancel):
-            stream = self.streams.get(request.stream_id)
-            if stream is None:
-                return  # finished here while the server was still talking to it
-            try:
-                if isinstance(request, _Tokens):
-                    stream.push_tokens(request.tokens.unpack(), request.mark)
-                else:
-                    stream.cancel()
-            except StreamClosed:
-                pass  # the same race; the server hears of the stream's end from its result
-        else:
-            raise TypeError(f"not a request: {request!r}")
-
-    def _open(self, request: _Open) -> None:
-        forward = _Forward(request.stream_id, self._post_and_forget(request.stream_id))
-        try:
-            self.streams[request.stream_id] = self.engine.admit(request.voice, request.options, forward)
-            self._recount()
-        except Exception as exc:  # refused here: the server's stream fails with the reason
-            error = (
-                exc if isinstance(exc, EngineError) else StreamFailed(f"the engine refused the stream: {exc}")
-            )
-            self.post(_Finished(request.stream_id, StreamResult("error", 0, 0, 0, -1, error)))
-
-    def _post_and_forget(self, stream_id: int) -> Callable[[object], None]:
-        def post(event: object) -> None:
-            self.post(event)
-            if isinstance(event, _Finished):
-                self.streams.pop(stream_id, None)
-                self._recount()
-
-        return post
-
-    def _call(self, call: _Call) -> _Reply:
-        try:
-            if call.method == "voice":
-                value: Any = _on_cpu(self.engine.make_voice(call.kwargs))
-            elif call.method == "check_voice":
-                self.engine.validate_voice(*call.args)
-                value = None
-            else:
-                raise EngineError(f"no engine call {call.method!r}")
-        except EngineError as exc:
-            return _Reply(call.call_id, None, exc)
-        except Exception as exc:  # anything else is the engine's fault, said in words the server can read
-            log.exception("engine call %s failed", call.method)
-            return _Reply(call.call_id, None, EngineError(f"{call.method} failed: {exc}"))
-        return _Reply(call.call_id, value, None)
-
-
-def _accept_loop(listener: Listener, engine: Engine, config: EngineConfig) -> None:
-    voices = concurrent.futures.ThreadPoolExecutor(VOICE_THREADS, thread_name_prefix="voicewire-voice")
-    roster = _Roster()
-    for number in itertools.count(1):
-        try:
-            conn = listener.accept()
-        except (OSError, EOFError):
-            return  # closed: shutting down
-        except multiprocessing.AuthenticationError:
-            log.warning("engine process: refused a connection with the wrong key")
-            continue
-        try:
-            _write(conn, _Ready(engine.info, config, engine.model.tokenizer, engine.live_streams))
-        except (OSError, EOFError):
-            continue
-        _Client(engine, conn, f"server-{number}", voices, roster)
-
-
-def _child_main(
-    config: EngineConfig, address: str, authkey: bytes, owner: Connection, log_level: int
-) -> None:
-    # Ctrl-C, and a service manager's SIGTERM, reach the whole process group: the server finishes
-    # its sessions and then closes us (or we see its end of the control pipe close if it died).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    logging.basicConfig(
-        level=log_level, format="%(asctime)s %(levelname)s %(name)s (engine process): %(message)s"
-    )
-    try:
-        engine = Engine.from_config(config)
-        freeze_startup_heap()
-        listener = Listener(address, family="AF_UNIX", authkey=authkey)
-    except SETTINGS_ERRORS as exc:  # the server says it in one line
-        _write(owner, _StartFailed(f"{type(exc).__name__}: {exc}", exc))
-        return
-    except BaseException as exc:
-        log.exception("the engine did not start")
-        _write(owner, _StartFailed(f"{type(exc).__name__}: {exc}"))
-        return
-    cpu = ProcessUsage("engine", engine.metrics.registry).start()
-    try:
-        threading.Thread(
-            target=_accept_loop, args=(listener, engine, config), name="voicewire-accept", daemon=True
-        ).start()
-        _write(owner, _Listening())
-        with contextlib.suppress(EOFError, OSError):
-            _read(owner)  # _Close, or EOF when the owner died without one
-    finally:
-        listener.close()
-        engine.close()
-        cpu.stop()
-
-
-# --- the parent --------------------------------------------------------------------------------
 
 
 class _Outbox:
@@ -528,16 +189,16 @@ class _RemoteControl:
         # engine times a stream's first audio from its first text.
         if tokens or not self._pushed:
             self._pushed = True
-            self._engine._send(_Tokens(self._id, PackedTokens.of(tokens)))
+            self._engine._send(wire.Tokens(self._id, PackedTokens.of(tokens)))
 
     def flush(self) -> None:
-        self._engine._send(_Tokens(self._id, PackedTokens.of(self._tokens.flush()), Mark.FLUSH))
+        self._engine._send(wire.Tokens(self._id, PackedTokens.of(self._tokens.flush()), Mark.FLUSH))
 
     def end(self) -> None:
-        self._engine._send(_Tokens(self._id, PackedTokens.of(self._tokens.flush()), Mark.END))
+        self._engine._send(wire.Tokens(self._id, PackedTokens.of(self._tokens.flush()), Mark.END))
 
     def cancel(self) -> None:
-        self._engine._send(_Cancel(self._id))
+        self._engine._send(wire.Cancel(self._id))
 
     def acknowledge(self, consumed_samples: int) -> None:
         self._engine._outbox.acknowledge(self._id, consumed_samples)
@@ -553,9 +214,9 @@ def _fail(stream: StreamHandle, error: StreamFailed) -> None:
 
 def _deliver_all(items: list[tuple[StreamHandle, object]]) -> None:
     for stream, event in items:
-        if isinstance(event, _Chunk):
+        if isinstance(event, wire.Chunk):
             stream.deliver(event.chunk)
-        elif isinstance(event, _Finished):
+        elif isinstance(event, wire.Finished):
             stream.finish(event.result)
 
 
@@ -565,7 +226,7 @@ class _Owner:
 
     config: EngineConfig
     process: multiprocessing.process.BaseProcess
-    control: Connection  # closing it (or sending _Close) stops the engine process
+    control: Connection  # closing it (or sending wire.Close) stops the engine process
     folder: str  # holds the socket
     deaths: list[float] = dataclasses.field(default_factory=list)  # time.monotonic() of each
 
@@ -587,7 +248,7 @@ def _spawn(
     control, child_control = context.Pipe()
     level = logging.getLogger().getEffectiveLevel()
     process = context.Process(
-        target=_child_main,
+        target=engine_host.child_main,
         args=(config, address, authkey, child_control, level),
         name="voicewire-engine",
         daemon=False,  # the vllm backend starts processes of its own
@@ -597,7 +258,7 @@ def _spawn(
     try:
         if not control.poll(timeout_s):
             raise RuntimeError(f"the engine process was not ready after {timeout_s:g} s")
-        first = _read(control)
+        first = wire.read(control)
     except EOFError:
         process.join(timeout=5)
         raise RuntimeError(
@@ -606,12 +267,12 @@ def _spawn(
     except BaseException:
         process.kill()
         raise
-    if isinstance(first, _StartFailed):
+    if isinstance(first, wire.StartFailed):
         process.join(timeout=CLOSE_TIMEOUT_S)
         if first.error is not None:
             raise first.error
         raise RuntimeError(f"the engine process failed to start: {first.message}")
-    assert isinstance(first, _Listening), first
+    assert isinstance(first, wire.Listening), first
     return process, control
 
 
@@ -648,8 +309,8 @@ class EngineProcess:
     def _attach(self, conn: Connection, again: bool = False) -> None:
         """Take a fresh connection's greeting and start reading it; `again` counts a restart or a
         rejoin, before `healthy` turns true, so a caller who sees it healthy sees the count too."""
-        first = _read(conn)
-        assert isinstance(first, _Ready), first
+        first = wire.read(conn)
+        assert isinstance(first, wire.Ready), first
         if again:
             self.restarts += 1
         self.info = first.info
@@ -754,7 +415,7 @@ class EngineProcess:
         assert stream.loop is loop
         self._streams[stream_id] = stream
         self._opened_since_report += 1
-        self._send(_Open(stream_id, voice, options))
+        self._send(wire.Open(stream_id, voice, options))
         return stream
 
     def watch_slots(self, callback: Callable[[], None]) -> None:
@@ -773,7 +434,7 @@ class EngineProcess:
         future: concurrent.futures.Future = concurrent.futures.Future()
         call_id = next(self._ids)
         self._calls[call_id] = future
-        self._send(_Call(call_id, method, args, kwargs))
+        self._send(wire.Call(call_id, method, args, kwargs))
         return await asyncio.wait_for(asyncio.wrap_future(future), CALL_TIMEOUT_S)
 
     def _send(self, request: object) -> None:
@@ -781,7 +442,7 @@ class EngineProcess:
 
     def _refused(self, request: object, error: Exception) -> None:
         """In the writer thread: `request` could not be pickled and was not sent."""
-        if isinstance(request, _Call):
+        if isinstance(request, wire.Call):
             future = self._calls.pop(request.call_id, None)
             if future is not None:
                 future.set_exception(error)
@@ -794,19 +455,19 @@ class EngineProcess:
     def _read_loop(self) -> None:
         try:
             while True:
-                live, batch = _read(self._conn)
+                live, batch = wire.read(self._conn)
                 freed = live < self._engine_live
                 self._engine_live = live
                 self._opened_since_report = 0
                 by_loop: dict[asyncio.AbstractEventLoop, list[tuple[StreamHandle, object]]] = {}
                 for event in batch:
-                    if isinstance(event, _Reply):
+                    if isinstance(event, wire.Reply):
                         self._reply(event)
                         continue
                     stream = self._streams.get(event.stream_id)
                     if stream is None:
                         continue
-                    if isinstance(event, _Finished):
+                    if isinstance(event, wire.Finished):
                         del self._streams[event.stream_id]
                         freed = True
                     by_loop.setdefault(stream.loop, []).append((stream, event))
@@ -869,7 +530,7 @@ class EngineProcess:
         owner.process, owner.control = process, control
         if self._closing:  # closed meanwhile: close() found the old process; stop this one
             with contextlib.suppress(OSError):
-                _write(control, _Close())
+                wire.write(control, wire.Close())
             return
         self._attach(conn, again=True)
         log.info("engine process %d ready again", process.pid)
@@ -895,7 +556,7 @@ class EngineProcess:
         if not self._closing:
             self._give_up()
 
-    def _reply(self, reply: _Reply) -> None:
+    def _reply(self, reply: wire.Reply) -> None:
         future = self._calls.pop(reply.call_id, None)
         if future is None:
             return
@@ -925,13 +586,13 @@ class EngineProcess:
         self._closing = True
         owner = self._owner
         if owner is None:
-            self._send(_Bye())
+            self._send(wire.Bye())
             self._outbox.close()  # written now: the wait below may be in the loop that would wake it
             self._reader.join(timeout=CLOSE_TIMEOUT_S)  # it sees the engine process hang up
             self._conn.close()
             return
         with contextlib.suppress(OSError):
-            _write(owner.control, _Close())
+            wire.write(owner.control, wire.Close())
         owner.process.join(timeout=CLOSE_TIMEOUT_S)
         if owner.process.is_alive():
             log.warning("the engine process did not stop in %g s; killing it", CLOSE_TIMEOUT_S)

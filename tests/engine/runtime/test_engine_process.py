@@ -29,23 +29,10 @@ from voicewire.engine.errors import (
 from voicewire.engine.model.checkpoint import CheckpointError
 from voicewire.engine.model.prompt import Voice
 from voicewire.engine.model.text_tokenizer import TextTokenizer
+from voicewire.engine.runtime import engine_wire as wire
 from voicewire.engine.runtime.engine import Engine
-from voicewire.engine.runtime.engine_process import (
-    EngineProcess,
-    RestartPolicy,
-    _Call,
-    _Cancel,
-    _Chunk,
-    _Client,
-    _Finished,
-    _Open,
-    _Outbox,
-    _Ready,
-    _Reply,
-    _Roster,
-    _Tokens,
-    _write,
-)
+from voicewire.engine.runtime.engine_host import _Client, _Roster
+from voicewire.engine.runtime.engine_process import EngineProcess, RestartPolicy, _Outbox
 from voicewire.engine.runtime.stream import Mark, StreamResult
 from voicewire.engine.runtime.text_stream import IncrementalTokenizer, PackedTokens, TextToken
 
@@ -167,7 +154,7 @@ def paired(config: EngineConfig, tiny_models):
     voices = concurrent.futures.ThreadPoolExecutor(1)
     # The greeting (its tokenizer) can outgrow the pipe's buffer: written as the server reads it.
     greeting = threading.Thread(
-        target=_write, args=(theirs, _Ready(engine.info, config, engine.model.tokenizer))
+        target=wire.write, args=(theirs, wire.Ready(engine.info, config, engine.model.tokenizer))
     )
     greeting.start()
     server = EngineProcess(ours, "no address", b"")
@@ -387,25 +374,25 @@ def test_engine_errors_keep_their_code_across_processes() -> None:
 # --- requests in batches -----------------------------------------------------------------------
 
 
-def _word(stream_id: int, word: str) -> _Tokens:
+def _word(stream_id: int, word: str) -> wire.Tokens:
     """A push of one token, as a server sends it: any request, to the outbox."""
-    return _Tokens(stream_id, PackedTokens.of([TextToken(7, word, len(word), False)]))
+    return wire.Tokens(stream_id, PackedTokens.of([TextToken(7, word, len(word), False)]))
 
 
-def _mark(stream_id: int, mark: Mark) -> _Tokens:
-    return _Tokens(stream_id, PackedTokens.of([]), mark)
+def _mark(stream_id: int, mark: Mark) -> wire.Tokens:
+    return wire.Tokens(stream_id, PackedTokens.of([]), mark)
 
 
 def test_requests_put_together_go_as_one_message_in_order_with_each_streams_last_acknowledgement() -> None:
     ours, theirs = multiprocessing.Pipe()
     outbox = _Outbox(ours, lambda request, error: None)
     requests = [
-        _Open(1, Voice(speaker="ryan"), GREEDY),
+        wire.Open(1, Voice(speaker="ryan"), GREEDY),
         _word(1, "Hello"),
         _word(2, "there"),
         _mark(1, Mark.FLUSH),
-        _Cancel(2),
-        _Call(7, "voice", (), {"speaker": "ryan"}),
+        wire.Cancel(2),
+        wire.Call(7, "voice", (), {"speaker": "ryan"}),
         _word(1, "again"),
     ]
     for request, ack in zip(
@@ -429,7 +416,7 @@ def test_requests_put_together_go_as_one_message_in_order_with_each_streams_last
 def test_what_one_loop_iteration_puts_is_one_message() -> None:
     ours, theirs = multiprocessing.Pipe()
     outbox = _Outbox(ours, lambda request, error: None).start()
-    requests = [r for i in range(50) for r in (_Open(i, Voice(speaker="ryan"), GREEDY), _word(i, "Hi."))]
+    requests = [r for i in range(50) for r in (wire.Open(i, Voice(speaker="ryan"), GREEDY), _word(i, "Hi."))]
 
     async def one_iteration() -> None:
         for i, request in enumerate(requests):
@@ -449,12 +436,12 @@ def test_requests_left_by_a_loop_that_stopped_are_written_when_the_reader_looks(
     ours, theirs = multiprocessing.Pipe()
     outbox = _Outbox(ours, lambda request, error: None).start()
     loop = asyncio.new_event_loop()
-    loop.call_soon(lambda: (outbox.put(_Cancel(1)), loop.stop()))
+    loop.call_soon(lambda: (outbox.put(wire.Cancel(1)), loop.stop()))
     loop.run_forever()  # stops before the iteration that would wake the writer
     loop.close()
     assert not theirs.poll(0.2)
     outbox.wake_if_stalled()  # the connection's reader, as the engine's next events come
-    assert theirs.poll(5) and pickle.loads(theirs.recv_bytes()) == ([_Cancel(1)], {})
+    assert theirs.poll(5) and pickle.loads(theirs.recv_bytes()) == ([wire.Cancel(1)], {})
     outbox.close()
 
 
@@ -462,7 +449,7 @@ def test_a_request_that_cannot_be_pickled_is_refused_and_the_rest_of_its_batch_g
     ours, theirs = multiprocessing.Pipe()
     refused: list[tuple[object, type]] = []
     outbox = _Outbox(ours, lambda request, error: refused.append((request, type(error))))
-    bad = _Call(3, "check_voice", (threading.Lock(),), {})
+    bad = wire.Call(3, "check_voice", (threading.Lock(),), {})
     for request in [_word(1, "a"), bad, _word(1, "b")]:
         outbox.put(request)
     outbox.start()
@@ -491,18 +478,18 @@ def _join(remote: EngineProcess) -> tuple[Connection, TextTokenizer]:
     engine's greeting brings its text tokenizer."""
     conn = Client(remote.address, family="AF_UNIX", authkey=remote.authkey)
     ready = pickle.loads(conn.recv_bytes())
-    assert isinstance(ready, _Ready)
+    assert isinstance(ready, wire.Ready)
     return conn, ready.tokenizer
 
 
 def _say(
     tokenizer: TextTokenizer, stream_id: int, pieces: list[str], last: Mark | None = Mark.END
-) -> list[_Tokens]:
+) -> list[wire.Tokens]:
     """A stream's text as a server sends it: each piece's committed tokens, then `last` with the tail."""
     committed = IncrementalTokenizer(tokenizer)
-    said = [_Tokens(stream_id, PackedTokens.of(committed.push(piece))) for piece in pieces]
+    said = [wire.Tokens(stream_id, PackedTokens.of(committed.push(piece))) for piece in pieces]
     if last is not None:
-        said.append(_Tokens(stream_id, PackedTokens.of(committed.flush()), last))
+        said.append(wire.Tokens(stream_id, PackedTokens.of(committed.flush()), last))
     return said
 
 
@@ -517,11 +504,11 @@ def _events(conn: Connection, until, timeout: float = 30) -> list[object]:
 
 
 def _samples(events: list[object], stream_id: int) -> int:
-    return sum(e.chunk.pcm.shape[0] for e in events if isinstance(e, _Chunk) and e.stream_id == stream_id)
+    return sum(e.chunk.pcm.shape[0] for e in events if isinstance(e, wire.Chunk) and e.stream_id == stream_id)
 
 
 def _finished(events: list[object]) -> dict[int, StreamResult]:
-    return {e.stream_id: e.result for e in events if isinstance(e, _Finished)}
+    return {e.stream_id: e.result for e in events if isinstance(e, wire.Finished)}
 
 
 def test_one_batch_opens_speaks_cancels_and_calls_in_order(remote: EngineProcess) -> None:
@@ -533,27 +520,27 @@ def test_one_batch_opens_speaks_cancels_and_calls_in_order(remote: EngineProcess
     long = StreamOptions(max_frames=10_000, suppress_eos=True)
     conn, tokenizer = _join(remote)
     requests = [
-        _Open(1, voice, GREEDY),
+        wire.Open(1, voice, GREEDY),
         *_say(tokenizer, 1, [TEXT[:30], TEXT[30:]]),
-        _Open(2, voice, long),
+        wire.Open(2, voice, long),
         *_say(tokenizer, 2, [TEXT], last=None),
-        _Cancel(2),
-        _Call(3, "check_voice", (voice,), {}),
+        wire.Cancel(2),
+        wire.Call(3, "check_voice", (voice,), {}),
         *_say(tokenizer, 9, ["a stream the engine does not know"]),
     ]
     try:
         # Stream 1's acknowledgement comes with its open: all of its audio, read ahead of time.
         conn.send_bytes(pickle.dumps((requests, {1: 30 * 1920})))
         events = _events(
-            conn, lambda heard: len(_finished(heard)) == 2 and any(isinstance(e, _Reply) for e in heard)
+            conn, lambda heard: len(_finished(heard)) == 2 and any(isinstance(e, wire.Reply) for e in heard)
         )
     finally:
         conn.close()
     results = _finished(events)
     assert results[1].reason == "max_frames" and results[1].samples_generated == 30 * 1920
     assert results[2].reason == "cancelled"
-    assert [e for e in events if isinstance(e, _Reply)] == [_Reply(3, None, None)]
-    chunks = [e.chunk for e in events if isinstance(e, _Chunk) and e.stream_id == 1]
+    assert [e for e in events if isinstance(e, wire.Reply)] == [wire.Reply(3, None, None)]
+    chunks = [e.chunk for e in events if isinstance(e, wire.Chunk) and e.stream_id == 1]
     np.testing.assert_array_equal(np.concatenate([c.codes for c in chunks]), expected.codes)
     assert [c.text for c in chunks] == [c.text for c in expected.chunks]
 
@@ -562,7 +549,7 @@ def test_acknowledgements_in_a_batch_let_a_stream_read_ahead_go_on(remote: Engin
     voice = asyncio.run(remote.voice(speaker="serena"))
     conn, tokenizer = _join(remote)
     try:
-        conn.send_bytes(pickle.dumps(([_Open(1, voice, GREEDY), *_say(tokenizer, 1, [TEXT])], {})))
+        conn.send_bytes(pickle.dumps(([wire.Open(1, voice, GREEDY), *_say(tokenizer, 1, [TEXT])], {})))
         events = _events(conn, lambda heard: _samples(heard, 1) >= 24_000)  # one second buffered
         while conn.poll(1.0):  # until it stops for want of a reader
             events.extend(pickle.loads(conn.recv_bytes())[1])
@@ -578,7 +565,9 @@ def test_a_server_that_dies_mid_batch_has_its_streams_cancelled(remote: EnginePr
     voice = asyncio.run(remote.voice(speaker="ryan"))
     long = StreamOptions(max_frames=10_000, suppress_eos=True)
     conn, tokenizer = _join(remote)
-    opens = [r for i in (1, 2, 3) for r in (_Open(i, voice, long), *_say(tokenizer, i, [TEXT], last=None))]
+    opens = [
+        r for i in (1, 2, 3) for r in (wire.Open(i, voice, long), *_say(tokenizer, i, [TEXT], last=None))
+    ]
     conn.send_bytes(pickle.dumps((opens, {})))
     _until(lambda: remote.live_streams == 3, 30)  # every server hears that the engine is full
     # Half a message, then gone: the length says 1,000 bytes, 7 come.
