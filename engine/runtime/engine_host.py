@@ -147,7 +147,7 @@ class _Client:
         self.conn.close()
 
     def _handle_batch(self, requests: list[object], acknowledged: dict[int, int]) -> bool:
-        """One batch from the server (`_Outbox`): its requests in order, then each stream's latest
+        """One batch from the server (`engine_process._Outbox`): its requests in order, then each stream's latest
         count of samples consumed. False at a `wire.Bye`."""
         for request in requests:
             if isinstance(request, wire.Bye):
