@@ -276,6 +276,36 @@ def _spawn(
     return process, control
 
 
+def _greeted(address: str, authkey: bytes) -> tuple[Connection, wire.Ready]:
+    """A new connection to the engine process listening on `address`, and its greeting."""
+    conn = Client(address, family="AF_UNIX", authkey=authkey)
+    try:
+        ready = wire.read(conn)
+    except BaseException:
+        conn.close()
+        raise
+    assert isinstance(ready, wire.Ready), ready
+    return conn, ready
+
+
+def _join(
+    address: str, authkey: bytes, parent: int, stopping: Callable[[], bool] = lambda: False
+) -> tuple[Connection, wire.Ready]:
+    """A worker's connection to the engine process its parent owns, and its greeting. An engine
+    process that is not listening, or dies before its greeting is read, is tried again every
+    REJOIN_EVERY_S: its owner starts another on the same socket. Raises the last error once
+    `stopping()`, once START_TIMEOUT_S has passed, or once the parent is gone (then nobody starts
+    another); a wrong key at once, for it never heals."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            return _greeted(address, authkey)
+        except (OSError, EOFError):  # OSError too for a greeting cut short
+            if stopping() or time.monotonic() >= deadline or os.getppid() != parent:
+                raise
+        time.sleep(REJOIN_EVERY_S)
+
+
 class EngineProcess:
     """A connection to an `Engine` running in its own process; see the module's docstring.
     `start` spawns that process and owns it, starting it again when it dies (`RestartPolicy`);
@@ -284,6 +314,7 @@ class EngineProcess:
     def __init__(
         self,
         conn: Connection,
+        ready: wire.Ready,
         address: str,
         authkey: bytes,
         owner: _Owner | None = None,
@@ -304,22 +335,20 @@ class EngineProcess:
         self.restarts = 0  # times this connection was made again to a new engine process
         self._parent = os.getppid()
         self._slot_watchers: list[Callable[[], None]] = []
-        self._attach(conn)
+        self._attach(conn, ready)
 
-    def _attach(self, conn: Connection, again: bool = False) -> None:
-        """Take a fresh connection's greeting and start reading it; `again` counts a restart or a
+    def _attach(self, conn: Connection, ready: wire.Ready, again: bool = False) -> None:
+        """Start reading a fresh connection, greeted with `ready`; `again` counts a restart or a
         rejoin, before `healthy` turns true, so a caller who sees it healthy sees the count too."""
-        first = wire.read(conn)
-        assert isinstance(first, wire.Ready), first
         if again:
             self.restarts += 1
-        self.info = first.info
-        self.config: EngineConfig = first.config
-        self._tokenizer = first.tokenizer  # for streams opened from now on
+        self.info = ready.info
+        self.config: EngineConfig = ready.config
+        self._tokenizer = ready.tokenizer  # for streams opened from now on
         self._conn = conn
         self._outbox = _Outbox(conn, self._refused).start()
         # The engine's live streams as of its last message, and the streams opened here since.
-        self._engine_live = first.live_streams
+        self._engine_live = ready.live_streams
         self._opened_since_report = 0
         self._lost: str | None = None  # why the engine is out of reach
         self._reader = threading.Thread(target=self._read_loop, name="voicewire-engine-reader", daemon=True)
@@ -342,14 +371,15 @@ class EngineProcess:
         try:
             process, control = _spawn(config, address, authkey, timeout_s)
             try:
-                conn = Client(address, family="AF_UNIX", authkey=authkey)
+                conn, ready = _greeted(address, authkey)
             except BaseException:
                 process.kill()
                 raise
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
-        engine = cls(conn, address, authkey, _Owner(config, process, control, folder), on_lost, restarts)
+        owner = _Owner(config, process, control, folder)
+        engine = cls(conn, ready, address, authkey, owner, on_lost, restarts)
         log.info("engine process %d ready (%s on %s)", process.pid, engine.info.folder, engine.info.device)
         return engine
 
@@ -358,9 +388,12 @@ class EngineProcess:
         cls, address: str, authkey: bytes, on_lost: Callable[[], None] | None = None
     ) -> EngineProcess:
         """Join a running engine process (a server worker; the process that started it owns it).
-        When it goes away, this connection waits for its owner to start another and joins it."""
-        conn = Client(address, family="AF_UNIX", authkey=authkey)
-        return cls(conn, address, authkey, on_lost=on_lost, restarts=RestartPolicy())
+        When it goes away, now or later, this connection waits for its owner to start another and
+        joins it: a worker that starts as the engine process dies serves the next one."""
+        conn, ready = _join(address, authkey, os.getppid())
+        engine = cls(conn, ready, address, authkey, on_lost=on_lost, restarts=RestartPolicy())
+        log.info("joined the engine process")
+        return engine
 
     @property
     def live_streams(self) -> int:
@@ -521,7 +554,7 @@ class EngineProcess:
             os.unlink(self.address)  # the dead one's socket file
         try:
             process, control = _spawn(owner.config, self.address, self.authkey, START_TIMEOUT_S)
-            conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
+            conn, ready = _greeted(self.address, self.authkey)
         except Exception:
             log.exception("the engine process could not be started again")
             self._give_up()
@@ -532,29 +565,24 @@ class EngineProcess:
             with contextlib.suppress(OSError):
                 wire.write(control, wire.Close())
             return
-        self._attach(conn, again=True)
+        self._attach(conn, ready, again=True)
         log.info("engine process %d ready again", process.pid)
 
     def _rejoin(self) -> None:
-        """A worker's engine process died: join the one its owner starts next (or give up when
-        none comes within the start timeout)."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        # A worker's parent is the server that owns the engine: if it is gone, nobody restarts.
-        while not self._closing and time.monotonic() < deadline and os.getppid() == self._parent:
-            time.sleep(REJOIN_EVERY_S)
-            try:
-                conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
-            except (OSError, EOFError, multiprocessing.AuthenticationError):
-                continue  # not listening yet
-            try:
-                self._attach(conn, again=True)
-            except (OSError, EOFError):  # it died before its greeting: wait for the next one
-                conn.close()
-                continue
-            log.info("joined the engine process again")
+        """A worker's engine process died: join the one its owner starts next (or give up, as
+        `_join` does)."""
+        try:
+            conn, ready = _join(self.address, self.authkey, self._parent, lambda: self._closing)
+        except (OSError, EOFError, multiprocessing.AuthenticationError) as exc:
+            if not self._closing:
+                log.error("could not join the engine process again: %s: %s", type(exc).__name__, exc)
+                self._give_up()
             return
-        if not self._closing:
-            self._give_up()
+        if self._closing:  # closed while joining: nobody reads this connection any more
+            conn.close()
+            return
+        self._attach(conn, ready, again=True)
+        log.info("joined the engine process again")
 
     def _reply(self, reply: wire.Reply) -> None:
         future = self._calls.pop(reply.call_id, None)

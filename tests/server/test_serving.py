@@ -233,6 +233,16 @@ def _engine_pid(tmp_path: Path) -> int:
     return int(re.search(r"engine process (\d+) ready", (tmp_path / "serve.log").read_text()).group(1))
 
 
+def _until_workers_joined(tmp_path: Path, workers: int) -> None:
+    """Until each worker has joined the engine process, as it logs once it is greeted (`_serve`
+    returns once one worker is ready and the others listen, which they do before they join)."""
+    log = tmp_path / "serve.log"
+    deadline = time.monotonic() + 60
+    while len(re.findall(r"joined the engine process$", log.read_text(), re.MULTILINE)) < workers:
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+
+
 def _worker_pids(process: subprocess.Popen, tmp_path: Path) -> list[int]:
     """The server's worker processes: its spawned children other than the engine process."""
     engine = _engine_pid(tmp_path)
@@ -363,6 +373,7 @@ def test_a_server_whose_engine_dies_heals(tiny_checkpoints, tmp_path: Path) -> N
     one is warm, then 200, and every worker serves new sessions on it."""
     process, port, _ = _serve(tiny_checkpoints, tmp_path, workers=2)
     try:
+        _until_workers_joined(tmp_path, 2)  # else one may be reading its greeting as the engine dies
         first = _engine_pid(tmp_path)
         os.kill(first, signal.SIGKILL)
         statuses = set()

@@ -13,7 +13,7 @@ import signal
 import struct
 import threading
 import time
-from multiprocessing.connection import Client, Connection
+from multiprocessing.connection import Client, Connection, Listener
 
 import numpy as np
 import pytest
@@ -32,7 +32,13 @@ from voicewire.engine.model.text_tokenizer import TextTokenizer
 from voicewire.engine.runtime import engine_wire as wire
 from voicewire.engine.runtime.engine import Engine
 from voicewire.engine.runtime.engine_host import _Client, _Roster
-from voicewire.engine.runtime.engine_process import EngineProcess, RestartPolicy, _Outbox
+from voicewire.engine.runtime.engine_process import (
+    START_TIMEOUT_S,
+    EngineProcess,
+    RestartPolicy,
+    _Outbox,
+    _spawn,
+)
 from voicewire.engine.runtime.stream import Mark, StreamResult
 from voicewire.engine.runtime.text_stream import IncrementalTokenizer, PackedTokens, TextToken
 
@@ -157,7 +163,7 @@ def paired(config: EngineConfig, tiny_models):
         target=wire.write, args=(theirs, wire.Ready(engine.info, config, engine.model.tokenizer))
     )
     greeting.start()
-    server = EngineProcess(ours, "no address", b"")
+    server = EngineProcess(ours, wire.read(ours), "no address", b"")
     greeting.join()
     client = _Client(engine, theirs, "server-1", voices, _Roster())
     yield server, client
@@ -317,6 +323,31 @@ def test_a_dead_engine_process_is_started_again_and_its_workers_join_it(config: 
             assert heard.codes.shape == (30, 16)
         assert lost == [] and not engine.exited
         worker.close()
+
+
+def test_a_worker_whose_first_greeting_is_cut_short_joins_the_next_engine_process(
+    config: EngineConfig, tmp_path
+) -> None:
+    """An engine process that dies while a worker reads its greeting: the worker's first join
+    waits for the engine process its owner starts next on the same socket, as a rejoin does."""
+    address, authkey = str(tmp_path / "engine.sock"), os.urandom(32)
+    dying = Listener(address, family="AF_UNIX", authkey=authkey)
+    with concurrent.futures.ThreadPoolExecutor(1) as joining:
+        joined = joining.submit(EngineProcess.connect, address, authkey)
+        conn = dying.accept()  # the worker, past the key's challenge, reads its greeting now
+        # Half a greeting, then gone: the length says 1,000 bytes, 7 come.
+        os.write(conn.fileno(), struct.pack("!i", 1000) + b"partial")
+        conn.close()
+        dying.close()  # and its socket file with it, as the owner removes a dead one's
+        process, control = _spawn(config, address, authkey, START_TIMEOUT_S)
+        try:
+            with joined.result(timeout=120) as worker:
+                assert worker.healthy and worker.restarts == 0
+                assert asyncio.run(_speak_one(worker)).codes.shape == (30, 16)
+        finally:
+            wire.write(control, wire.Close())
+            process.join(timeout=60)
+    assert process.exitcode == 0
 
 
 def _connection_threads() -> collections.Counter[str]:
