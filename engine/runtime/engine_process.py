@@ -43,7 +43,6 @@ import itertools
 import logging
 import multiprocessing
 import os
-import pickle
 import shutil
 import tempfile
 import threading
@@ -154,23 +153,23 @@ class _Outbox:
             if not (requests or acknowledged):
                 continue
             try:
-                self._conn.send_bytes(self._pickle(requests, acknowledged))
+                self._conn.send_bytes(self._pack(requests, acknowledged))
             except (OSError, ValueError):  # the engine process is gone; the reader fails the streams
                 return
 
-    def _pickle(self, requests: list[object], acknowledged: dict[int, int]) -> bytes:
+    def _pack(self, requests: list[object], acknowledged: dict[int, int]) -> bytes:
         try:
-            return pickle.dumps((requests, acknowledged), protocol=pickle.HIGHEST_PROTOCOL)
+            return wire.pack((requests, acknowledged))
         except Exception:  # one bad request (a call's arguments) must not take the batch with it
             kept = []
             for request in requests:
                 try:
-                    pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+                    wire.pack(request)
                 except Exception as exc:
                     self._refused(request, exc)
                 else:
                     kept.append(request)
-            return pickle.dumps((kept, acknowledged), protocol=pickle.HIGHEST_PROTOCOL)
+            return wire.pack((kept, acknowledged))
 
 
 class _RemoteControl:

@@ -1,6 +1,6 @@
 """What crosses the socket between the engine process and its servers (engine_process.py, the
 servers' side, and engine_host.py, the engine process's): the messages, each pickled at protocol 5
-by `write` and read by `read`.
+by `pack` (which `write` sends) and read by `read`.
 
 Servers send requests (`Open`, `Tokens`, `Cancel`, `Call`, `Bye`) in batches with each stream's
 latest acknowledgement; the engine process sends events (`Chunk`, `Finished`, `Reply`) in batches
@@ -24,11 +24,17 @@ from voicewire.engine.runtime.stream import AudioChunk, Mark, StreamResult
 from voicewire.engine.runtime.text_stream import PackedTokens
 
 
+def pack(message: object) -> bytes:
+    """One message as it crosses the socket: pickled at protocol 5, for `Connection.send_bytes`.
+    `Connection.send` uses ForkingPickler at protocol 4, which copies each numpy array into a bytes
+    object first and writes through an io.BytesIO: a decoder round's audio chunks took about four
+    times as long, on the engine process's GIL."""
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def write(conn: Connection, message: object) -> None:
-    """Send one message, pickled at protocol 5. `Connection.send` uses ForkingPickler at protocol 4,
-    which copies each numpy array into a bytes object first and writes through an io.BytesIO: a
-    decoder round's audio chunks took about four times as long, on the engine process's GIL."""
-    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+    """Send one message (`pack`)."""
+    conn.send_bytes(pack(message))
 
 
 def read(conn: Connection) -> Any:

@@ -402,6 +402,15 @@ def test_engine_errors_keep_their_code_across_processes() -> None:
     assert type(full) is EngineFull and full.code == "engine_full"
 
 
+def test_a_message_crosses_as_pack_makes_it_pickled_at_protocol_5() -> None:
+    ours, theirs = multiprocessing.Pipe()
+    message = (2, [_word(1, "Hello"), wire.Cancel(3)])
+    wire.write(ours, message)
+    sent = theirs.recv_bytes()
+    assert sent == wire.pack(message) and sent[:2] == b"\x80\x05"  # PROTO 5
+    assert pickle.loads(sent) == message
+
+
 # --- requests in batches -----------------------------------------------------------------------
 
 
