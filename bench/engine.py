@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from voicewire.bench.model import BenchModel
+from voicewire.bench.report import percentiles
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.errors import StreamClosed
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
@@ -61,15 +62,6 @@ class _StreamTiming:
     first_chunk_s: float
     done_s: float
     audio_s: float
-
-
-def _percentiles(values: list[float]) -> dict[str, float]:
-    array = np.asarray(values, dtype=np.float64)
-    return {
-        "p50": round(float(np.percentile(array, 50)), 3),
-        "p95": round(float(np.percentile(array, 95)), 3),
-        "max": round(float(array.max()), 3),
-    }
 
 
 @contextlib.contextmanager
@@ -165,8 +157,8 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
         "sessions_per_stream": sessions,
         "stagger_s": settings.stagger_s,
         "text_rate_tokens_per_s": settings.text_rate,
-        "first_chunk_ms": _percentiles([t.first_chunk_s * 1000 for t in timings]),
-        "speed_x_realtime": _percentiles([t.audio_s / t.done_s for t in timings]),
+        "first_chunk_ms": percentiles([t.first_chunk_s * 1000 for t in timings]),
+        "speed_x_realtime": percentiles([t.audio_s / t.done_s for t in timings], low=True),
         "aggregate_audio_s_per_s": round(audio / wall, 3),
         "audio_s": round(audio, 3),
         "wall_s": round(wall, 3),

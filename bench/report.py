@@ -10,7 +10,7 @@ from voicewire.bench.lookahead import Lookahead
 from voicewire.bench.session import simulated_underruns
 
 
-def _percentiles(values: list[float], low: bool = False) -> dict[str, float | None]:
+def percentiles(values: list[float], low: bool = False) -> dict[str, float | None]:
     """p50 and the tail: the high one (p95, p99, max) for latencies, or with `low` the low one (p5,
     p1, min) for figures where less is worse (speed)."""
     qs, extreme = (("p50", "p5", "p1"), "min") if low else (("p50", "p95", "p99"), "max")
@@ -62,27 +62,27 @@ def level_report(
         "sessions_per_stream": len(runs) // max(streams, 1),
         "frames_per_stream": frames,
         "text_rate_words_per_s": rate,
-        "first_audio_ms": _percentiles([r.first_audio_s * 1000 for r in runs if r.first_audio_s is not None]),
-        "first_audio_from_lookahead_ms": _percentiles(from_lookahead),
+        "first_audio_ms": percentiles([r.first_audio_s * 1000 for r in runs if r.first_audio_s is not None]),
+        "first_audio_from_lookahead_ms": percentiles(from_lookahead),
         # Which text message completed the lookahead (1: the first), or the `end` after them all;
         # null when the server's tokenizer was not at hand (server_tokenizer).
         "lookahead": None
         if lookahead is None
         else {"tokens": lookahead.tokens, "text_messages": lookahead.messages, "at_end": lookahead.at_end},
-        "session_setup_ms": _percentiles([r.setup_s * 1000 for r in runs if r.setup_s is not None]),
-        "speed_x_realtime": _percentiles([r.audio_s / r.done_s for r in full if r.done_s], low=True),
+        "session_setup_ms": percentiles([r.setup_s * 1000 for r in runs if r.setup_s is not None]),
+        "speed_x_realtime": percentiles([r.audio_s / r.done_s for r in full if r.done_s], low=True),
         "underruns": {
             "streams_with_underruns": sum(1 for u in underruns if u.count),
             "total": sum(u.count for u in underruns),
             "total_gap_s": round(sum(u.gap_s for u in underruns), 3),
             "start_buffer_ms": START_BUFFER_S * 1000,
-            "played_before_gap_s": _percentiles([p for u in underruns for p in u.played_s]),
+            "played_before_gap_s": percentiles([p for u in underruns for p in u.played_s]),
         },
-        "cancel_ms": _percentiles([r.cancel_s * 1000 for r in runs if r.cancel_s is not None]),
+        "cancel_ms": percentiles([r.cancel_s * 1000 for r in runs if r.cancel_s is not None]),
         "cancelled_sessions": sum(1 for r in runs if r.probe),
         "aggregate_audio_s_per_s": round(sum(r.audio_s for r in runs) / wall, 3),
         "wall_s": round(wall, 3),
-        "session_end_s": _percentiles([end for end in ends if end is not None]),
+        "session_end_s": percentiles([end for end in ends if end is not None]),
         # Streams go round-robin: process k ran stream indices k, k + P, ...
         "client_process_end_s": [round(end, 3) for end in last_end],
         "client_processes": processes,
