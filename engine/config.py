@@ -196,21 +196,9 @@ class EngineConfig:
                 f"unknown engine settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
             )
         values = dict(data)
-        if "segments" in values:
-            values["segments"] = SegmentPolicy(**values["segments"])
-        if "vllm" in values:
-            values["vllm"] = _section(VllmSettings, "vllm", values["vllm"])
-        if "urgent_chunks" in values:
-            values["urgent_chunks"] = _section(UrgentChunks, "urgent_chunks", values["urgent_chunks"])
-        if "prefill_wait" in values:
-            values["prefill_wait"] = _section(PrefillWait, "prefill_wait", values["prefill_wait"])
-        if "speech_guard" in values:
-            values["speech_guard"] = _section(SpeechGuard, "speech_guard", values["speech_guard"])
-        if "chunks" in values:
-            chunks = dict(values["chunks"])
-            if "frames" in chunks:
-                chunks["frames"] = tuple(chunks["frames"])
-            values["chunks"] = ChunkSchedule(**chunks)
+        for name, section in _SECTIONS.items():
+            if name in values:
+                values[name] = _section(section, name, values[name])
         return cls(**values)
 
     @classmethod
@@ -225,6 +213,17 @@ class EngineConfig:
         return cls.from_dict(data)
 
 
+# The settings that are sections of their own (a mapping in the profile), and their dataclasses.
+_SECTIONS: dict[str, type] = {
+    "segments": SegmentPolicy,
+    "chunks": ChunkSchedule,
+    "vllm": VllmSettings,
+    "urgent_chunks": UrgentChunks,
+    "prefill_wait": PrefillWait,
+    "speech_guard": SpeechGuard,
+}
+
+
 def _section(cls: type, name: str, data: Any) -> Any:
     if not isinstance(data, dict):
         raise InvalidOptions(f"engine setting {name!r} must be a mapping")
@@ -234,4 +233,6 @@ def _section(cls: type, name: str, data: Any) -> Any:
         raise InvalidOptions(
             f"unknown {name} settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
         )
+    if cls is ChunkSchedule and "frames" in data:
+        data = {**data, "frames": tuple(data["frames"])}  # a YAML list; the schedule is frozen
     return cls(**data)

@@ -55,6 +55,16 @@ def test_bad_settings_are_named(tmp_path: Path) -> None:
         EngineConfig(kv_length=10)
     with pytest.raises(InvalidOptions, match="unknown prefill_wait settings: max; allowed: max_s, prompts"):
         EngineConfig.from_dict({"prefill_wait": {"max": 1}})
+    # Every section is read alike: a misspelt key or a non-mapping is named, not a TypeError.
+    with pytest.raises(
+        InvalidOptions, match="unknown segments settings: max_token; allowed: max_tokens, sentence_tokens"
+    ):
+        EngineConfig.from_dict({"segments": {"max_token": 40}})
+    with pytest.raises(InvalidOptions, match="unknown chunks settings: frame; allowed: first_frames, frames"):
+        EngineConfig.from_dict({"chunks": {"frame": [2]}})
+    with pytest.raises(InvalidOptions, match="engine setting 'chunks' must be a mapping"):
+        EngineConfig.from_dict({"chunks": [1, 2]})
+    assert EngineConfig.from_dict({"chunks": {"frames": [1, 2]}}).chunks.frames == (1, 2)
     bad = tmp_path / "bad.yaml"
     bad.write_text("- a list\n")
     with pytest.raises(InvalidOptions, match="expected a mapping with an 'engine:' section"):
