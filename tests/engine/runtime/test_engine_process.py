@@ -1,6 +1,7 @@
-"""The engine in its own process, beyond the contract both engines share (test_contract.py): the
-same audio as in this process (the text tokenized in the server), several servers on one engine,
-its key, a child that dies, and requests that cross in batches."""
+"""The engine in its own process, the servers' side (engine_process.py), beyond the contract both
+engines share (test_contract.py): the same audio as in this process (the text tokenized in the
+server), several servers on one engine, its key, a child that dies, and requests that cross in
+batches."""
 
 import asyncio
 import collections
@@ -13,22 +14,17 @@ import signal
 import struct
 import threading
 import time
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Listener
 
 import numpy as np
 import pytest
 
+from tests.engine.runtime.conftest import GREEDY, TEXT, fill_every_slot, until
 from tests.engine.streaming import collect, feed, speak
 from voicewire.engine.config import EngineConfig, StreamOptions
-from voicewire.engine.errors import (
-    EngineError,
-    EngineFull,
-    InvalidText,
-    StreamFailed,
-)
+from voicewire.engine.errors import EngineFull, InvalidText, StreamFailed
 from voicewire.engine.model.checkpoint import CheckpointError
 from voicewire.engine.model.prompt import Voice
-from voicewire.engine.model.text_tokenizer import TextTokenizer
 from voicewire.engine.runtime import engine_wire as wire
 from voicewire.engine.runtime.engine import Engine
 from voicewire.engine.runtime.engine_host import _Client, _Roster
@@ -40,24 +36,7 @@ from voicewire.engine.runtime.engine_process import (
     _spawn,
 )
 from voicewire.engine.runtime.stream import Mark, StreamResult
-from voicewire.engine.runtime.text_stream import IncrementalTokenizer, PackedTokens, TextToken
-
-TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun."
-GREEDY = StreamOptions(greedy=True, max_frames=30, suppress_eos=True)
-
-
-@pytest.fixture(scope="module")
-def config(tiny_checkpoints) -> EngineConfig:
-    # One second of buffered audio: the 30-frame streams (2.4 s) go on only as they are acknowledged.
-    return EngineConfig(
-        model=str(tiny_checkpoints["custom_voice"]), max_streams=3, kv_length=256, max_buffered_seconds=1.0
-    )
-
-
-@pytest.fixture(scope="module")
-def remote(config: EngineConfig):
-    with EngineProcess.start(config) as engine:
-        yield engine
+from voicewire.engine.runtime.text_stream import PackedTokens, TextToken
 
 
 def test_the_same_codes_and_audio_as_in_process(
@@ -217,26 +196,8 @@ def test_a_second_server_shares_the_engine_and_its_streams_end_with_it(remote: E
         np.testing.assert_array_equal(ours.codes, theirs.codes)
         asyncio.run(hold_every_slot(other))
     # Gone: the engine cancelled its three streams, so every slot is free again.
-    _fill_every_slot(remote)
+    fill_every_slot(remote)
     assert remote.healthy
-
-
-def _fill_every_slot(remote: EngineProcess) -> None:
-    """Speak in all three slots at once, as soon as they are free (within 30 s)."""
-
-    async def fill():
-        streams = [remote.open_stream(await remote.voice(speaker="ryan"), GREEDY) for _ in range(3)]
-        return await asyncio.gather(*(speak(s, ["Hi."]) for s in streams))
-
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            heard = asyncio.run(fill())
-            break
-        except EngineFull:
-            assert time.monotonic() < deadline, "the disconnected server's streams kept their slots"
-            time.sleep(0.2)
-    assert [h.codes.shape for h in heard] == [(30, 16)] * 3
 
 
 def test_a_slot_freed_by_one_server_wakes_a_waiter_in_another(remote: EngineProcess) -> None:
@@ -281,13 +242,6 @@ def test_a_wrong_key_is_refused(remote: EngineProcess) -> None:
     assert remote.healthy
 
 
-def _until(condition, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 async def _kill_mid_stream(engine: EngineProcess) -> StreamResult:
     """Open a stream, kill the engine process once audio flows; the stream fails clearly."""
     stream = engine.open_stream(
@@ -314,10 +268,10 @@ def test_a_dead_engine_process_is_started_again_and_its_workers_join_it(config: 
         assert result.reason == "error" and engine.live_streams == 0
         with pytest.raises(StreamFailed, match="engine process is gone"):
             asyncio.run(_open_one(engine))
-        _until(lambda: engine.healthy and worker.healthy, 120)
+        until(lambda: engine.healthy and worker.healthy, 120)
         assert engine.pid != first_pid and engine.restarts == 1 and worker.restarts == 1
         # Each new connection has a reader and a writer of its own; the dead ones' threads are gone.
-        _until(lambda: _connection_threads() == threads, 10)
+        until(lambda: _connection_threads() == threads, 10)
         for client in (engine, worker):
             heard = asyncio.run(_speak_one(client))
             assert heard.codes.shape == (30, 16)
@@ -364,9 +318,9 @@ def test_an_engine_process_that_keeps_dying_is_given_up(config: EngineConfig) ->
     policy = RestartPolicy(max_deaths=1, window_s=300)
     with EngineProcess.start(config, on_lost=lambda: lost.append("gone"), restarts=policy) as engine:
         asyncio.run(_kill_mid_stream(engine))
-        _until(lambda: engine.healthy, 120)  # the first death is started again
+        until(lambda: engine.healthy, 120)  # the first death is started again
         asyncio.run(_kill_mid_stream(engine))
-        _until(lambda: lost == ["gone"], 30)
+        until(lambda: lost == ["gone"], 30)
         assert engine.exited and not engine.healthy and engine.restarts == 1
 
 
@@ -374,7 +328,7 @@ def test_without_restarts_a_dead_engine_process_is_lost(config: EngineConfig) ->
     lost: list[str] = []
     with EngineProcess.start(config, on_lost=lambda: lost.append("gone"), restarts=None) as engine:
         result = asyncio.run(_kill_mid_stream(engine))
-        _until(lambda: lost == ["gone"], 30)
+        until(lambda: lost == ["gone"], 30)
         assert result.reason == "error" and engine.exited and not engine.healthy and engine.live_streams == 0
 
 
@@ -393,22 +347,6 @@ def test_a_checkpoint_that_does_not_load_is_a_clear_start_error(tmp_path) -> Non
     with pytest.raises(ValueError, match="unknown dtype"):
         EngineProcess.start(EngineConfig(model="tiny", dtype="float8"))
     assert time.monotonic() - started < 60
-
-
-def test_engine_errors_keep_their_code_across_processes() -> None:
-    error = pickle.loads(pickle.dumps(EngineError("too slow", code="custom_code")))
-    assert error.code == "custom_code" and error.message == "too slow"
-    full = pickle.loads(pickle.dumps(EngineFull("no slots")))
-    assert type(full) is EngineFull and full.code == "engine_full"
-
-
-def test_a_message_crosses_as_pack_makes_it_pickled_at_protocol_5() -> None:
-    ours, theirs = multiprocessing.Pipe()
-    message = (2, [_word(1, "Hello"), wire.Cancel(3)])
-    wire.write(ours, message)
-    sent = theirs.recv_bytes()
-    assert sent == wire.pack(message) and sent[:2] == b"\x80\x05"  # PROTO 5
-    assert pickle.loads(sent) == message
 
 
 # --- requests in batches -----------------------------------------------------------------------
@@ -511,107 +449,3 @@ def test_a_call_or_stream_that_cannot_be_sent_fails_with_the_reason(remote: Engi
 
     assert asyncio.run(open_it()).reason == "error"
     assert asyncio.run(_speak_one(remote)).codes.shape == (30, 16) and remote.healthy
-
-
-def _join(remote: EngineProcess) -> tuple[Connection, TextTokenizer]:
-    """A server of our own on the wire: batches written by hand, events read as they come. The
-    engine's greeting brings its text tokenizer."""
-    conn = Client(remote.address, family="AF_UNIX", authkey=remote.authkey)
-    ready = pickle.loads(conn.recv_bytes())
-    assert isinstance(ready, wire.Ready)
-    return conn, ready.tokenizer
-
-
-def _say(
-    tokenizer: TextTokenizer, stream_id: int, pieces: list[str], last: Mark | None = Mark.END
-) -> list[wire.Tokens]:
-    """A stream's text as a server sends it: each piece's committed tokens, then `last` with the tail."""
-    committed = IncrementalTokenizer(tokenizer)
-    said = [wire.Tokens(stream_id, PackedTokens.of(committed.push(piece))) for piece in pieces]
-    if last is not None:
-        said.append(wire.Tokens(stream_id, PackedTokens.of(committed.flush()), last))
-    return said
-
-
-def _events(conn: Connection, until, timeout: float = 30) -> list[object]:
-    events: list[object] = []
-    deadline = time.monotonic() + timeout
-    while not until(events):
-        assert conn.poll(max(0.0, deadline - time.monotonic())), f"timed out; heard {events}"
-        _, batch = pickle.loads(conn.recv_bytes())
-        events.extend(batch)
-    return events
-
-
-def _samples(events: list[object], stream_id: int) -> int:
-    return sum(e.chunk.pcm.shape[0] for e in events if isinstance(e, wire.Chunk) and e.stream_id == stream_id)
-
-
-def _finished(events: list[object]) -> dict[int, StreamResult]:
-    return {e.stream_id: e.result for e in events if isinstance(e, wire.Finished)}
-
-
-def test_one_batch_opens_speaks_cancels_and_calls_in_order(remote: EngineProcess) -> None:
-    async def as_a_handle_speaks():
-        voice = await remote.voice(speaker="serena")
-        return voice, await speak(remote.open_stream(voice, GREEDY), [TEXT[:30], TEXT[30:]])
-
-    voice, expected = asyncio.run(as_a_handle_speaks())
-    long = StreamOptions(max_frames=10_000, suppress_eos=True)
-    conn, tokenizer = _join(remote)
-    requests = [
-        wire.Open(1, voice, GREEDY),
-        *_say(tokenizer, 1, [TEXT[:30], TEXT[30:]]),
-        wire.Open(2, voice, long),
-        *_say(tokenizer, 2, [TEXT], last=None),
-        wire.Cancel(2),
-        wire.Call(3, "check_voice", (voice,), {}),
-        *_say(tokenizer, 9, ["a stream the engine does not know"]),
-    ]
-    try:
-        # Stream 1's acknowledgement comes with its open: all of its audio, read ahead of time.
-        conn.send_bytes(pickle.dumps((requests, {1: 30 * 1920})))
-        events = _events(
-            conn, lambda heard: len(_finished(heard)) == 2 and any(isinstance(e, wire.Reply) for e in heard)
-        )
-    finally:
-        conn.close()
-    results = _finished(events)
-    assert results[1].reason == "max_frames" and results[1].samples_generated == 30 * 1920
-    assert results[2].reason == "cancelled"
-    assert [e for e in events if isinstance(e, wire.Reply)] == [wire.Reply(3, None, None)]
-    chunks = [e.chunk for e in events if isinstance(e, wire.Chunk) and e.stream_id == 1]
-    np.testing.assert_array_equal(np.concatenate([c.codes for c in chunks]), expected.codes)
-    assert [c.text for c in chunks] == [c.text for c in expected.chunks]
-
-
-def test_acknowledgements_in_a_batch_let_a_stream_read_ahead_go_on(remote: EngineProcess) -> None:
-    voice = asyncio.run(remote.voice(speaker="serena"))
-    conn, tokenizer = _join(remote)
-    try:
-        conn.send_bytes(pickle.dumps(([wire.Open(1, voice, GREEDY), *_say(tokenizer, 1, [TEXT])], {})))
-        events = _events(conn, lambda heard: _samples(heard, 1) >= 24_000)  # one second buffered
-        while conn.poll(1.0):  # until it stops for want of a reader
-            events.extend(pickle.loads(conn.recv_bytes())[1])
-        assert 24_000 <= _samples(events, 1) < 30 * 1920 and not _finished(events)
-        conn.send_bytes(pickle.dumps(([], {1: 30 * 1920})))
-        events += _events(conn, lambda heard: 1 in _finished(heard))
-    finally:
-        conn.close()
-    assert _samples(events, 1) == 30 * 1920 and _finished(events)[1].reason == "max_frames"
-
-
-def test_a_server_that_dies_mid_batch_has_its_streams_cancelled(remote: EngineProcess) -> None:
-    voice = asyncio.run(remote.voice(speaker="ryan"))
-    long = StreamOptions(max_frames=10_000, suppress_eos=True)
-    conn, tokenizer = _join(remote)
-    opens = [
-        r for i in (1, 2, 3) for r in (wire.Open(i, voice, long), *_say(tokenizer, i, [TEXT], last=None))
-    ]
-    conn.send_bytes(pickle.dumps((opens, {})))
-    _until(lambda: remote.live_streams == 3, 30)  # every server hears that the engine is full
-    # Half a message, then gone: the length says 1,000 bytes, 7 come.
-    os.write(conn.fileno(), struct.pack("!i", 1000) + b"partial")
-    conn.close()
-    _until(lambda: remote.live_streams < 3, 30)  # ... and that it is full no more
-    _fill_every_slot(remote)
