@@ -480,9 +480,16 @@ class EngineProcess:
                 future.set_exception(error)
             return
         log.error("could not send %s to the engine process: %s", type(request).__name__, error)
+        if isinstance(request, wire.Open):
+            # open_stream counted it against the engine's slots until the engine's next report,
+            # which will not count it: an idle engine may not report for a long while, and this
+            # server would see one slot fewer than there are. (The report may also have come
+            # between the two, and zeroed the count already.)
+            self._opened_since_report = max(0, self._opened_since_report - 1)
         stream = self._streams.pop(getattr(request, "stream_id", -1), None)
         if stream is not None:  # the engine process never heard of it, or not all of it
             _fail(stream, StreamFailed(f"could not send it to the engine process: {error}"))
+            self._slot_freed()
 
     def _read_loop(self) -> None:
         try:

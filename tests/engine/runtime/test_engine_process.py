@@ -449,3 +449,15 @@ def test_a_call_or_stream_that_cannot_be_sent_fails_with_the_reason(remote: Engi
 
     assert asyncio.run(open_it()).reason == "error"
     assert asyncio.run(_speak_one(remote)).codes.shape == (30, 16) and remote.healthy
+
+    async def refused_then_fill() -> list:
+        voice = await remote.voice(speaker="ryan")
+        await remote.check_voice(voice)  # a reply: this server's count of the engine's streams is fresh
+        refused = remote.open_stream(unpicklable, GREEDY)
+        with pytest.raises(StreamFailed, match="cannot pickle"):
+            await asyncio.wait_for(collect(refused), 10)
+        # No message from the engine in between (nothing else runs): every slot must still open.
+        streams = [remote.open_stream(voice, GREEDY) for _ in range(remote.config.max_streams)]
+        return await asyncio.gather(*(speak(s, ["Hi."]) for s in streams))
+
+    assert [h.codes.shape for h in asyncio.run(refused_then_fill())] == [(30, 16)] * 3
