@@ -39,7 +39,7 @@ from voicewire.server.metrics import Metrics
 from voicewire.server.settings import SessionSettings, settings_from_start
 from voicewire.server.tempo import Tempo
 from voicewire.server.voices_api import VoiceLibrary
-from voicewire.server.wire import REFUSED, UNPACED, Dialect
+from voicewire.server.wire import FRAMES, REFUSED, UNPACED, Dialect
 from voicewire.server.word_timing import Word, WordTimer, frame_pieces
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 # answer). A voice agent keeps one socket for a whole call, a context per turn: kept forever,
 # each turn's encoder, resampler and stream would stay for the call's life.
 KEEP_FINISHED = 64
+# The most messages the send loop writes in one send (server.wire.FRAMES): about a second of one
+# context's audio packets, so the messages behind them wait for no more than one such write.
+SEND_BATCH = 64
 
 
 class _FinishedIsClosed:
@@ -578,23 +581,40 @@ class Session:
             )
 
     async def _send_loop(self) -> None:
+        # Where the WebSocket layer takes many frames in one send (server.wire.FRAMES), the messages
+        # queued together go together: a chunk's packets are queued at once.
+        batched = FRAMES in (self.websocket.scope.get("extensions") or {})
         while True:
-            message = await self._outbox.get()
-            if message is None:
+            batch = [await self._outbox.get()]
+            while (
+                batched and len(batch) < SEND_BATCH and not self._outbox.empty() and self._sends_on(batch[-1])
+            ):
+                batch.append(self._outbox.get_nowait())
+            messages = [message for message in batch if message is not None]
+            frames = [encoded for message in messages for encoded in self.dialect.write(message)]
+            if batched and frames:
+                await self.websocket.send({"type": "websocket.send", FRAMES: frames})
+            else:
+                for encoded in frames:
+                    if isinstance(encoded, bytes):
+                        await self.websocket.send_bytes(encoded)
+                    else:
+                        await self.websocket.send_text(encoded)
+            for message in messages:
+                close = self.dialect.closes_after(message)
+                if close is not None:
+                    self._close_code = close
+                    self._stop.set()
+                if isinstance(message, p.Audio):
+                    seconds = self._audio_seconds(message)
+                    self._queued_audio_s -= seconds
+                    self._played(message.context_id, seconds)
+            if len(messages) < len(batch):  # None: the last message is out
                 return
-            for encoded in self.dialect.write(message):
-                if isinstance(encoded, bytes):
-                    await self.websocket.send_bytes(encoded)
-                else:
-                    await self.websocket.send_text(encoded)
-            close = self.dialect.closes_after(message)
-            if close is not None:
-                self._close_code = close
-                self._stop.set()
-            if isinstance(message, p.Audio):
-                seconds = self._audio_seconds(message)
-                self._queued_audio_s -= seconds
-                self._played(message.context_id, seconds)
+
+    def _sends_on(self, message: p.ServerMessage | None) -> bool:
+        """Whether the send loop goes on after `message` (neither the end nor a closing message)."""
+        return message is not None and self.dialect.closes_after(message) is None
 
     def _played(self, context_id: str, seconds: float) -> None:
         """`seconds` of a context's audio are on the socket: what a listener here would hear."""

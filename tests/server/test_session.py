@@ -14,7 +14,7 @@ from voicewire.server.encoder import AudioEncoder
 from voicewire.server.errors import ProtocolError
 from voicewire.server.metrics import Metrics
 from voicewire.server.session import Context, Session, _SlowConsumer
-from voicewire.server.wire import MSGPACK, UNPACED, Codec
+from voicewire.server.wire import FRAMES, MSGPACK, UNPACED, Codec
 
 
 @pytest.mark.parametrize("verb", ["text", "flush", "end"])
@@ -50,13 +50,21 @@ def test_a_context_the_engine_finished_is_closed_before_its_done(tiny_models, ve
 
 
 class _Socket:
-    """The socket end of a session's send loop: what it wrote, in order."""
+    """The socket end of a session's send loop: what it wrote, in order, and in how many sends. With
+    `frames`, its WebSocket layer takes many frames in one send, as server.wire.WireProtocol does."""
 
-    def __init__(self) -> None:
+    def __init__(self, frames: bool = False) -> None:
+        self.scope = {"extensions": {FRAMES: {}} if frames else {}}
         self.sent: list[bytes] = []
+        self.sends = 0
 
     async def send_bytes(self, data: bytes) -> None:
         self.sent.append(data)
+        self.sends += 1
+
+    async def send(self, message: dict) -> None:
+        self.sent.extend(message[FRAMES])
+        self.sends += 1
 
 
 def _histogram(metrics: Metrics, name: str) -> tuple[float, float]:
@@ -65,14 +73,16 @@ def _histogram(metrics: Metrics, name: str) -> tuple[float, float]:
     return values[f"{name}_count"], values[f"{name}_sum"]
 
 
-def test_the_listener_at_the_socket_hears_the_gap_the_send_loop_made(tiny_models) -> None:
+@pytest.mark.parametrize("frames", [False, True], ids=["a send each", "frames"])
+def test_the_listener_at_the_socket_hears_the_gap_the_send_loop_made(tiny_models, frames: bool) -> None:
     """Each audio message written to the socket feeds its context's player (a 200 ms start buffer):
     240 ms of audio starts it, and a packet 0.6 s later comes after the buffer ran dry at 0.24 s,
-    so `socket_player_gap` gets one gap of about 0.36 s. Audio of an unknown context is not played."""
+    so `socket_player_gap` gets one gap of about 0.36 s. Audio of an unknown context is not played.
+    Where the socket takes many frames a send, the messages queued together go in one send."""
 
     async def run() -> tuple[Metrics, _Socket]:
         with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
-            socket, metrics = _Socket(), Metrics()
+            socket, metrics = _Socket(frames), Metrics()
             session = Session(socket, engine, Codec(MSGPACK), ServerConfig(), ThreadPoolExecutor(1), metrics)  # type: ignore[arg-type]
             await session._handle(
                 p.Start(type="start", voice={"speaker": "vivian"}, format={"encoding": "pcm_s16le"})
@@ -98,6 +108,10 @@ def test_the_listener_at_the_socket_hears_the_gap_the_send_loop_made(tiny_models
 
     metrics, socket = asyncio.run(run())
     assert len(socket.sent) == 1 + 14  # ready, then every audio message
+    assert [msgpack.unpackb(m)["type"] for m in socket.sent] == ["ready"] + ["audio"] * 14
+    assert [msgpack.unpackb(m)["seq"] for m in socket.sent[1:13]] == list(range(12))
+    # Ready and the first 13 audio messages were queued before the loop first ran, the last alone.
+    assert socket.sends == (2 if frames else 15)
     count, total = _histogram(metrics, "voicewire_socket_player_gap_seconds")
     assert count == 1 and 0.3 < total < 1.5
 
@@ -107,6 +121,7 @@ class _StuckSocket:
     close are written at once (as server.wire.WireProtocol writes them)."""
 
     def __init__(self) -> None:
+        self.scope = {"extensions": {FRAMES: {}}}  # as the server's socket (server.wire.WireProtocol)
         self.written: list[tuple[str, object]] = []
 
     async def send_bytes(self, data: bytes) -> None:

@@ -1,19 +1,27 @@
 """The WebSocket layer under the sessions (server.wire.WireProtocol): every oversized frame gets
 `message_too_large`, fatal only past the size a socket reads; a text frame that is not UTF-8 gets a
-fatal `bad_message` and a 1007 close; a client's fault is one log line, never a traceback."""
+fatal `bad_message` and a 1007 close; a client's fault is one log line, never a traceback; a send
+of many frames (FRAMES) writes them all, in order."""
 
 import asyncio
 import json
 import logging
+import threading
 from collections.abc import Iterator
 
 import msgpack
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from tests.server.conftest import RunningServer, running_server
 from tests.server.wsclient import JSON, MSGPACK, WireClient
+from voicewire.server.app import BackgroundServer
 from voicewire.server.config import ServerConfig, ws_max_size
+from voicewire.server.wire import FRAMES
 
 CONFIG = ServerConfig(max_message_bytes=4096)
 CAP = ws_max_size(CONFIG)  # 16 MiB: the most a socket reads of one frame
@@ -137,3 +145,38 @@ def test_a_text_frame_that_is_not_utf8_is_one_log_line(server, server_log, subpr
     assert not [r for r in records if r.exc_info or r.levelno >= logging.ERROR]
     faults = [r for r in records if "not UTF-8" in r.getMessage()]
     assert [(r.name, r.levelno) for r in faults] == [("voicewire.server.wire", logging.INFO)]
+
+
+def test_a_send_of_frames_writes_them_all_in_order() -> None:
+    """FRAMES (server.wire): the layer names it in the scope; one send writes binary and text frames
+    in order, a large one too (the socket's buffer takes it in parts); once the client is gone, a
+    send of FRAMES fails as a send of one frame does."""
+    frames: list[bytes | str] = [b"\x01", "two", b"\x03" * 300_000, "four"]
+    seen: dict[str, object] = {}
+    finished = threading.Event()
+
+    async def endpoint(websocket: WebSocket) -> None:
+        await websocket.accept()
+        seen["extensions"] = dict(websocket.scope.get("extensions") or {})
+        await websocket.send({"type": "websocket.send", FRAMES: frames})
+        seen["client"] = await websocket.receive()  # the client's close
+        try:
+            await websocket.send({"type": "websocket.send", FRAMES: [b"late"]})
+        except WebSocketDisconnect as exc:
+            seen["late"] = exc.code
+        finished.set()
+
+    app = Starlette(routes=[WebSocketRoute("/", endpoint)])
+    app.state.config = ServerConfig()
+    runner = BackgroundServer(app)
+    port = runner.start()
+    try:
+        with connect(f"ws://127.0.0.1:{port}/", max_size=None) as client:
+            got = [client.recv(timeout=10) for _ in frames]
+        assert finished.wait(10)
+    finally:
+        runner.stop()
+    assert got == frames
+    assert FRAMES in seen["extensions"]  # type: ignore[operator]
+    assert seen["client"] == {"type": "websocket.disconnect", "code": 1000, "reason": ""}
+    assert seen["late"] == 1006
