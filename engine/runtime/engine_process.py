@@ -287,6 +287,17 @@ def _greeted(address: str, authkey: bytes) -> tuple[Connection, wire.Ready]:
     return conn, ready
 
 
+def _owner_alive(parent: int) -> bool:
+    """Whether a worker's parent, the process that owns the engine process, is still there. A
+    worker that multiprocessing started watches its parent's sentinel: it also tells a parent that
+    died before `parent` was read, where the worker's parent pid is already its new reaper's (and
+    the worker, its socket listening on the server's port, would wait START_TIMEOUT_S)."""
+    process = multiprocessing.parent_process()
+    if process is not None:
+        return process.is_alive()
+    return os.getppid() == parent
+
+
 def _join(
     address: str, authkey: bytes, parent: int, stopping: Callable[[], bool] = lambda: False
 ) -> tuple[Connection, wire.Ready]:
@@ -300,7 +311,7 @@ def _join(
         try:
             return _greeted(address, authkey)
         except (OSError, EOFError):  # OSError too for a greeting cut short
-            if stopping() or time.monotonic() >= deadline or os.getppid() != parent:
+            if stopping() or time.monotonic() >= deadline or not _owner_alive(parent):
                 raise
         time.sleep(REJOIN_EVERY_S)
 

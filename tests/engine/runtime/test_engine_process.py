@@ -19,6 +19,7 @@ from multiprocessing.connection import Listener
 import numpy as np
 import pytest
 
+from tests.engine.runtime import orphan
 from tests.engine.runtime.conftest import GREEDY, TEXT, fill_every_slot, until
 from tests.engine.streaming import collect, feed, speak
 from voicewire.engine.config import EngineConfig, StreamOptions
@@ -461,3 +462,16 @@ def test_a_call_or_stream_that_cannot_be_sent_fails_with_the_reason(remote: Engi
         return await asyncio.gather(*(speak(s, ["Hi."]) for s in streams))
 
     assert [h.codes.shape for h in asyncio.run(refused_then_fill())] == [(30, 16)] * 3
+
+
+def test_a_worker_sees_its_owner_gone_before_it_looked() -> None:
+    """A worker's parent owns the engine process: once it is gone nobody starts another, and a
+    worker waiting to join must stop, even one whose parent was gone before it first looked (its
+    parent pid is then its reaper's). Seen through multiprocessing's parent sentinel."""
+    context = multiprocessing.get_context("spawn")
+    told: multiprocessing.Queue = context.Queue()
+    child = context.Process(target=orphan.start_watcher_and_leave, args=(told,))
+    child.start()
+    child.join(timeout=30)
+    assert child.exitcode == 0
+    assert told.get(timeout=60) is False
