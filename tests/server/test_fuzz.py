@@ -15,6 +15,10 @@ from tests.server.conftest import running_server
 from voicewire.server.config import ServerConfig
 
 FRAMES = 50  # per session; 30 sessions a codec: 3,000 frames in all
+# How long a reply may take before the session counts as hung. A fuzzed start may leave max_frames
+# unset, and then `end` waits for a context to speak up to the KV bound (about 250 frames, 20 s of
+# audio): 9-15 s on the 2-core CI machine, past fuzz.py's default of 10 s.
+HANG_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +40,7 @@ def test_fuzzed_sessions_get_documented_answers(
     # which would mutate nearly every message; a failing seed replays with random.Random(seed).
     @given(seed=st.integers(0, 2**64 - 1))
     def session(seed: int) -> None:
-        report = run_session(server.url, binary, random.Random(seed), FRAMES)
+        report = run_session(server.url, binary, random.Random(seed), FRAMES, hang_s=HANG_S)
         assert report.problems == []
         for code, count in report.errors.items():
             seen[code] = seen.get(code, 0) + count
