@@ -3,10 +3,14 @@ moving host inputs to the device without waiting for it."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 import torch
+
+STREAM_POOL = 32  # the streams torch pools for each priority (c10's kStreamsPerPoolBits = 5)
 
 
 def pinned(host: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -31,19 +35,46 @@ def put_bytes(dst: np.ndarray, src: np.ndarray | bytes | memoryview) -> None:
     memoryview(dst).cast("B")[:] = memoryview(src).cast("B")
 
 
-def capture(run: Callable[[], None], device: torch.device, pool: tuple | None) -> torch.cuda.CUDAGraph:
-    """Warm `run` up on a side stream (first calls allocate, compile and pick kernels), then
-    capture it, allocating from `pool` (None: a new one; graphs replayed one at a time may share).
+class GraphCapture:
+    """One component's CUDA graphs (the frame step's, the decoder's), captured on a stream of its
+    own and allocating from one memory pool. Its graphs must replay one at a time.
 
-    The warm-up runs execute for real: the caller makes them harmless to its state."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(2):
+    Why a stream of its own: cuBLAS keeps one workspace per (handle, stream), and a captured GEMM
+    keeps using the workspace of the stream it was captured on. `torch.cuda.graph` captures on one
+    process-wide stream unless told otherwise, so the talker's graphs and the decoder's, which
+    replay at the same time on two streams, would share one workspace and race on it
+    (docs/log/2026-11.md, "the stall", session 49)."""
+
+    _taken: ClassVar[set[int]] = set()  # the CUDA streams that live components capture on, process-wide
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.stream = self._new_stream(device)
+        weakref.finalize(self, GraphCapture._taken.discard, self.stream.cuda_stream)
+        self._pool = torch.cuda.graph_pool_handle()
+
+    @classmethod
+    def _new_stream(cls, device: torch.device) -> torch.cuda.Stream:
+        # torch hands out streams from a pool of 32 per priority, round robin: skip any that a live
+        # component captures on.
+        for _ in range(STREAM_POOL):
+            stream = torch.cuda.Stream(device)
+            if stream.cuda_stream not in cls._taken:
+                cls._taken.add(stream.cuda_stream)
+                return stream
+        raise RuntimeError(f"every pooled CUDA stream of {device} is taken by a component's graphs")
+
+    def __call__(self, run: Callable[[], None]) -> torch.cuda.CUDAGraph:
+        """Warm `run` up on the capture stream (first calls allocate, compile and pick kernels),
+        then capture it. The warm-up runs execute for real: the caller makes them harmless."""
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream):
+            for _ in range(2):
+                run()
+        current.wait_stream(self.stream)
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: another thread (the decoder's) may keep working on its own stream meanwhile.
+        with torch.cuda.graph(graph, pool=self._pool, stream=self.stream, capture_error_mode="thread_local"):
             run()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    # thread_local: another thread (the decoder's) may keep working on its own stream meanwhile.
-    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-        run()
-    return graph
+        return graph

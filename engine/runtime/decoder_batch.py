@@ -104,7 +104,7 @@ class BatchedDecoder:
         self.buckets = sorted({min(b, slots) for b in BATCH_BUCKETS}) if graphs or pad else None
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] | None = {} if graphs else None
         self._reset_graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if graphs else None
-        self._pool = None
+        self._capture = cuda_graphs.GraphCapture(self.device) if graphs else None
         self._shapes: dict[tuple[int, int], _Shape] = {}
         if self.buckets is not None:
             self._allocate_static(graphs)
@@ -300,9 +300,9 @@ class BatchedDecoder:
         graph = graphs.get(key)
         if graph is not None:
             return graph
+        assert self._capture is not None
         self._scratch_inputs(b)  # the warm-up runs are real
-        graph = cuda_graphs.capture(run, self.device, self._pool)
-        self._pool = graph.pool()
+        graph = self._capture(run)
         graphs[key] = graph
         log.debug("captured a decoder graph %s", key)
         return graph

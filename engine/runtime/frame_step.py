@@ -229,7 +229,7 @@ class FrameStepper:
         self._prefill_graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}
         # One graph per (bucket, draw, span): TOP_K serves greedy slots too, FULL serves every slot.
         self._graphs: dict[tuple[int, Draw, int], torch.cuda.CUDAGraph] | None = {} if graphs else None
-        self._pool = None
+        self._capture = cuda_graphs.GraphCapture(device) if graphs else None
 
     def configure(self, slot: int, options: GenerationOptions, seed: int | None) -> None:
         """Give `slot` a stream's settings and noise seed (None: a random one). They are staged on
@@ -430,6 +430,7 @@ class FrameStepper:
         sharing one memory pool). The prefill warm-ups reset slot 0, so this runs before any
         stream is live."""
         assert self._graphs is not None and self.buckets is not None and self.prefill_buckets is not None
+        assert self._capture is not None
         assert self.spans is not None
         started = time.monotonic()
         for b in reversed(self.buckets):
@@ -444,8 +445,7 @@ class FrameStepper:
             for t in reversed(lengths):
                 for b in reversed(batches):
                     run = functools.partial(self._prefill_compute, b, t, span)
-                    graph = cuda_graphs.capture(run, self.device, self._pool)
-                    self._pool = graph.pool()
+                    graph = self._capture(run)
                     self._prefill_graphs[(b, t, span)] = graph
         log.info(
             "captured %d frame-step graphs in %.1f s and %d prefill graphs in %.1f s",
@@ -463,8 +463,8 @@ class FrameStepper:
         # With every row inactive, the warm-up runs change nothing that is read.
         saved = self.inputs[:b].clone()
         self.inputs[:b] = 0
-        graph = cuda_graphs.capture(lambda: self._compute(b, draw, span), self.device, self._pool)
-        self._pool = graph.pool()
+        assert self._capture is not None
+        graph = self._capture(lambda: self._compute(b, draw, span))
         self._graphs[(b, draw, span)] = graph
         self.inputs[:b] = saved
         log.debug("captured the frame step for batch %d, %s draws, span %d", b, draw.name, span)
