@@ -9,7 +9,7 @@ streams in one `LiveStreams` table (engine/runtime/live_streams.py).
 from __future__ import annotations
 
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from torch import Tensor
@@ -19,6 +19,9 @@ from voicewire.engine.errors import EngineError
 from voicewire.engine.runtime.frame_step import GenerationOptions
 from voicewire.engine.runtime.segments import TrackEntry
 from voicewire.engine.runtime.stream import Stream
+
+if TYPE_CHECKING:  # live_streams.py imports FrameSink from here
+    from voicewire.engine.runtime.live_streams import LiveStreams
 
 
 class FrameSink(Protocol):
@@ -41,6 +44,9 @@ class FrameSink(Protocol):
 
 class TalkerBackend(Protocol):
     config: EngineConfig  # replaced between rounds by `Engine.tune`
+    # Its streams' table, read from any thread for the live count, the slots held and the error
+    # that stopped the loop.
+    streams: LiveStreams[Any]
 
     def submit(self, stream: Stream, options: GenerationOptions, lookahead: int) -> None:
         """Take a new stream (any thread); raises EngineFull when every slot is taken."""
@@ -51,24 +57,9 @@ class TalkerBackend(Protocol):
         ...
 
     def run(self, stop: threading.Event) -> None:
-        """The backend's loop, until `stop` is set; a bug ends it with `error` set."""
+        """The backend's loop, until `stop` is set; a bug ends it with `streams.error` set."""
         ...
 
     def wait_ready(self, timeout: float) -> None:
         """Block until the loop can take streams, or raise why it cannot."""
-        ...
-
-    @property
-    def error(self) -> BaseException | None:
-        """What stopped the loop, if it stopped unasked."""
-        ...
-
-    @property
-    def live_streams(self) -> int:
-        """Streams submitted and not yet released."""
-        ...
-
-    @property
-    def used_slots(self) -> int:
-        """Slots held, including those of streams being released."""
         ...

@@ -184,7 +184,7 @@ class Engine:
     @property
     def healthy(self) -> bool:
         """Both threads are running (false after a bug stopped one, or after close)."""
-        return self.scheduler.error is None and all(thread.is_alive() for thread in self._threads)
+        return self.scheduler.streams.error is None and all(thread.is_alive() for thread in self._threads)
 
     @property
     def restarts(self) -> int:
@@ -193,11 +193,11 @@ class Engine:
 
     @property
     def live_streams(self) -> int:
-        return self.scheduler.live_streams
+        return self.scheduler.streams.count
 
     @property
     def used_slots(self) -> int:
-        return self.scheduler.used_slots
+        return self.scheduler.streams.used_slots
 
     @property
     def registry(self) -> CollectorRegistry:
@@ -263,8 +263,8 @@ class Engine:
     def _new_stream(
         self, voice: Voice, options: StreamOptions, listener: StreamListener
     ) -> tuple[Stream, GenerationOptions]:
-        if self.scheduler.error is not None:
-            raise RuntimeError("the engine's scheduler stopped") from self.scheduler.error
+        if (error := self.scheduler.streams.error) is not None:
+            raise RuntimeError("the engine's scheduler stopped") from error
         self.validate_voice(voice)
         generation = generation_options(self.info, options)
         return Stream(next(self._ids), voice, options, self.model.tokenizer, self._wake, listener), generation

@@ -125,18 +125,6 @@ class Scheduler:
     def wait_ready(self, timeout: float) -> None:
         """Ready once built: the weights are loaded and the graphs captured."""
 
-    @property
-    def error(self) -> BaseException | None:
-        return self.streams.error
-
-    @property
-    def live_streams(self) -> int:
-        return self.streams.count
-
-    @property
-    def used_slots(self) -> int:
-        return self.streams.used_slots
-
     # --- the scheduler's thread ----------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:

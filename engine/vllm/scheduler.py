@@ -144,10 +144,6 @@ class VllmScheduler:
             except RuntimeError:  # the loop closed meanwhile
                 pass
 
-    @property
-    def error(self) -> BaseException | None:
-        return self.streams.error
-
     def wait_ready(self, timeout: float) -> None:
         """Block until vLLM has started (or raise why it did not)."""
         if not self._ready.wait(timeout):
@@ -155,14 +151,6 @@ class VllmScheduler:
         error = self.streams.error
         if error is not None:
             raise RuntimeError(f"vLLM failed to start: {error}") from error
-
-    @property
-    def live_streams(self) -> int:
-        return self.streams.count
-
-    @property
-    def used_slots(self) -> int:
-        return self.streams.used_slots
 
     @property
     def requests_in_flight(self) -> int:

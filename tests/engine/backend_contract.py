@@ -157,7 +157,7 @@ class Kit:
         return stream
 
     def counts(self) -> tuple[int, int]:
-        return self.backend.live_streams, self.backend.used_slots
+        return self.backend.streams.count, self.backend.streams.used_slots
 
     def settle(self) -> None:
         """Every stream released: no stream or slot held, the loop still running."""
@@ -165,7 +165,7 @@ class Kit:
         while self.counts() != (0, 0):
             assert time.monotonic() < deadline, f"streams still held: {self.counts()}"
             time.sleep(0.01)
-        assert self.backend.error is None
+        assert self.backend.streams.error is None
 
 
 def check_submit_refuses_a_stream_past_capacity(kit: Kit) -> None:

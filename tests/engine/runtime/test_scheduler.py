@@ -106,7 +106,7 @@ def test_a_non_finite_stream_fails_alone(model: Qwen3TTS) -> None:
     solo = _open(model, alone, "A steady voice keeps going.", max_frames=12)
     _run(alone, alone_recorder, [solo])
     assert torch.equal(torch.stack(recorder.codes[good.id]), torch.stack(alone_recorder.codes[solo.id]))
-    assert scheduler.used_slots == 0 and scheduler.live_streams == 0
+    assert scheduler.streams.used_slots == 0 and scheduler.streams.count == 0
 
 
 def test_a_sequence_cut_short_by_the_kv_bound_keeps_its_text(model: Qwen3TTS) -> None:
