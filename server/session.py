@@ -601,6 +601,8 @@ class Session:
                     else:
                         await self.websocket.send_text(encoded)
             for message in messages:
+                # Asked again after the write: a dialect's answer may depend on what writing the
+                # message changed (ElevenLabs closes once the last context's final message is out).
                 close = self.dialect.closes_after(message)
                 if close is not None:
                     self._close_code = close
@@ -613,7 +615,8 @@ class Session:
                 return
 
     def _sends_on(self, message: p.ServerMessage | None) -> bool:
-        """Whether the send loop goes on after `message` (neither the end nor a closing message)."""
+        """Whether a batch goes on after `message` (neither the end nor a message that closes the
+        socket, as far as the dialect can tell before writing it)."""
         return message is not None and self.dialect.closes_after(message) is None
 
     def _played(self, context_id: str, seconds: float) -> None:
