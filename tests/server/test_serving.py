@@ -354,6 +354,8 @@ def test_a_server_whose_engine_dies_past_its_restarts_stops(
     """engine_restarts: 0: nothing is left listening that can only fail; a supervisor sees the exit."""
     process, _, children = _serve(tiny_checkpoints, tmp_path, workers=workers, engine_restarts=0)
     try:
+        if workers > 1:  # (one worker is the server process itself, which started the engine)
+            _until_workers_joined(tmp_path, workers)  # else one may be reading its greeting as it dies
         engine = _engine_pid(tmp_path)
         assert engine in children
         os.kill(engine, signal.SIGKILL)
