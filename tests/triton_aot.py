@@ -65,6 +65,8 @@ def compile_call(kernel, args: tuple, kwargs: dict) -> dict:
     ptx = compiled.asm["ptx"]
     return {
         "kernel": kernel.fn.__name__,
+        "num_warps": compiled.metadata.num_warps,
+        "num_stages": compiled.metadata.num_stages,
         "cubin_bytes": len(compiled.asm["cubin"]),
         "launch_pdl": bool(compiled.metadata.launch_pdl),
         "waits": "griddepcontrol.wait" in ptx,
@@ -141,11 +143,15 @@ def _launches(pdl: bool) -> list[tuple]:
             found += recorded(*gemv, x, q_k_v, x, x[0], 1e-6, pdl=pdl)
             found += recorded(*gemv, x, gate_up, x, x[0], 1e-6, True, pdl=pdl)
             found += recorded(*gemv, wide, torch.zeros(1024, 3072, dtype=dtype), pdl=pdl)  # down
-        for batch, t, span in ((1, 1, 128), (1, 2, 16), (8, 1, 1024)):
+        # Each of attention_launch's three launches: few programs (these three shapes), 16 rows of
+        # 8 key heads and 128 rows (the last two with the whole tables, as the talker's steps).
+        for batch, t, span in ((1, 1, 128), (1, 2, 16), (8, 1, 1024), (16, 1, 128), (128, 1, 128)):
+            length = 1024 if batch < 16 else span
             qkv, cos = torch.zeros(batch, t, 4096, dtype=dtype), torch.zeros(batch, t, 128)
             positions, norm = torch.zeros(batch, t, dtype=torch.long), torch.ones(128, dtype=dtype)
-            cache = torch.zeros(batch, 8, 1024, 128, dtype=dtype)
-            for rope in (cos, torch.zeros(1024, 128)):  # each row's cos/sin, or the whole tables
+            cache = torch.zeros(batch, 8, length, 128, dtype=dtype)
+            tables = torch.zeros(length, 128)
+            for rope in (cos, tables) if batch < 16 else (tables,):  # each row's cos/sin, or the tables
                 found += recorded(
                     fused_layer, "_attention_kernel", fused_layer.attend,
                     qkv, norm, norm, 1e-6, rope, rope, positions, cache, cache, span, 16, pdl=pdl,

@@ -20,6 +20,7 @@ rows per key head): each row reads its keys only up to its own position, not the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -309,6 +310,30 @@ def _attention_kernel(
     tl.store(out_at, (acc / total[:, None]).to(dtype), mask=r_ok[:, None])
 
 
+@dataclass(frozen=True)
+class AttentionLaunch:
+    """How the attention kernel is launched: keys per block of its loop, warps, pipeline stages."""
+
+    block_keys: int
+    warps: int
+    stages: int
+
+
+def attention_launch(programs: int, span: int) -> AttentionLaunch:
+    """The launch for `programs` (batch rows x key heads) over `span` positions, as timed on an H200
+    (docs/log/2026-11.md, "The attention kernel's launch", session 49). From 1,024 programs (128
+    rows of 8 key heads) blocks of 16 keys on one warp let more programs stay resident on each SM,
+    where they hide each other's loads: 28.9 us a talker layer at 256 rows against 40.7 with blocks
+    of 64 on four warps. From 128 programs, blocks of 32 on one warp; below that, few programs
+    each take blocks of up to 64 keys on four warps (3.3 us at one row)."""
+    fits = max(16, triton.next_power_of_2(span))  # tl.dot takes 16 keys at least
+    if programs >= 1024:
+        return AttentionLaunch(min(16, fits), warps=1, stages=2)
+    if programs >= 128:
+        return AttentionLaunch(min(32, fits), warps=1, stages=3)
+    return AttentionLaunch(min(64, fits), warps=4, stages=3)
+
+
 def attend(
     qkv: Tensor,
     q_norm: Tensor,
@@ -322,12 +347,13 @@ def attend(
     span: int,
     heads: int,
     pdl: bool = False,
+    launch: AttentionLaunch | None = None,
 ) -> Tensor:
     """qkv [B, T, (heads + 2 kv) d] from the stacked projection, cos/sin float32 (each row's
     [B, T, d], or the tables of every cache position [L, d], read at the rows' positions) and
     positions [B, T] -> attention output [B, T, heads d]; writes the new keys and values at each
     row's positions of the caches [B, kv, L, d] (whole, contiguous tensors). `pdl`: launched with
-    programmatic dependent launch (engine.pdl)."""
+    programmatic dependent launch (engine.pdl). `launch`: `attention_launch`'s choice unless given."""
     b, t, _ = qkv.shape
     _, kv, length, d = k_cache.shape
     groups = heads // kv
@@ -343,6 +369,7 @@ def attend(
             f"cos/sin {tuple(cos.shape)} fit neither rows ({b}, {t}, {d}) nor tables ({length}, {d})"
         )
     out = torch.empty(b, t, heads * d, device=qkv.device, dtype=qkv.dtype)
+    launch = launch or attention_launch(b * kv, span)
     _attention_kernel[(b, kv)](
         qkv.contiguous(),
         q_norm,
@@ -363,9 +390,11 @@ def attend(
         KV=kv,
         D=d,
         BLOCK_R=max(16, triton.next_power_of_2(groups * t)),
-        BLOCK_L=min(64, max(16, triton.next_power_of_2(span))),
+        BLOCK_L=launch.block_keys,
         IEEE=qkv.dtype == torch.float32,
         ROPE_TABLES=tables,
+        num_warps=launch.warps,
+        num_stages=launch.stages,
         **launch_options(pdl),
     )
     return out

@@ -86,14 +86,20 @@ def _unfused_attention(qkv, q_norm, k_norm, positions, k_cache, v_cache, span, c
     return out.transpose(1, 2).reshape(b, t, -1)
 
 
+# Each launch attention_launch picks (here, with 6 programs, the first): blocks of 64, 32 and 16 keys.
+LAUNCHES = [None, fused_layer.AttentionLaunch(32, warps=1, stages=3), fused_layer.AttentionLaunch(16, 1, 2)]
+
+
+@pytest.mark.parametrize("launch", LAUNCHES)
 @pytest.mark.parametrize("tables", [False, True])
 @pytest.mark.parametrize(
     ("t", "span", "positions"), [(1, 80, [[3], [70], [41]]), (2, 48, [[0, 1], [20, 21], [46, 47]])]
 )
 def test_attention_equals_unfused_and_writes_only_its_positions(
-    t: int, span: int, positions: list, tables: bool
+    t: int, span: int, positions: list, tables: bool, launch: fused_layer.AttentionLaunch | None
 ) -> None:
-    """RoPE from each row's gathered cos/sin, or read from the whole tables at the rows' positions."""
+    """RoPE from each row's gathered cos/sin, or read from the whole tables at the rows' positions;
+    each block size of the key loop."""
     gen = torch.Generator().manual_seed(t)
     b, h, kv, d, length = 3, CFG.num_heads, CFG.num_kv_heads, CFG.head_dim, 80
     qkv = torch.randn(b, t, (h + 2 * kv) * d, generator=gen)
@@ -111,7 +117,9 @@ def test_attention_equals_unfused_and_writes_only_its_positions(
     want = _unfused_attention(qkv, q_norm, k_norm, pos, want_k, want_v, span, cos_table, sin_table)
 
     cos, sin = (cos_table, sin_table) if tables else (cos_table[pos], sin_table[pos])
-    out = fused_layer.attend(qkv, q_norm, k_norm, CFG.rms_norm_eps, cos, sin, pos, k_cache, v_cache, span, h)
+    out = fused_layer.attend(
+        qkv, q_norm, k_norm, CFG.rms_norm_eps, cos, sin, pos, k_cache, v_cache, span, h, launch=launch
+    )
     torch.testing.assert_close(k_cache, want_k)  # the new keys at their positions, all else untouched
     assert torch.equal(v_cache, want_v)
     torch.testing.assert_close(out, want)
@@ -140,6 +148,24 @@ def test_attention_reads_no_key_block_past_its_rows_position() -> None:
     )
     assert out.isfinite().all()
     torch.testing.assert_close(out, want)
+
+
+@pytest.mark.parametrize(
+    ("programs", "span", "launch"),
+    [
+        (8, 200, (64, 4, 3)),  # one row of 8 key heads: few programs, long blocks on four warps
+        (8, 20, (32, 4, 3)),  # no block longer than the span needs
+        (127, 200, (64, 4, 3)),
+        (128, 200, (32, 1, 3)),  # 16 rows of 8 key heads
+        (1023, 200, (32, 1, 3)),
+        (1024, 200, (16, 1, 2)),  # 128 rows of 8: short blocks, more programs resident
+        (4096, 16, (16, 1, 2)),  # the code predictor's 16 positions at 512 rows
+    ],
+)
+def test_attention_launch_takes_shorter_blocks_on_fewer_warps_as_programs_grow(
+    programs: int, span: int, launch: tuple[int, int, int]
+) -> None:
+    assert fused_layer.attention_launch(programs, span) == fused_layer.AttentionLaunch(*launch)
 
 
 def test_attention_refuses_a_span_past_the_cache_and_too_many_query_rows() -> None:

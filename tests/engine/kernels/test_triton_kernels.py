@@ -38,9 +38,16 @@ def test_every_launch_compiles_for_hopper() -> None:
     kernels = [launch["kernel"] for launch in launches]
     # Each set twice, launched one after another and with programmatic dependent launch. Draw:
     # 3 vocabularies x (with an embedding table, with masks); gemv: 2 dtypes x 2 row counts x 3
-    # projections; attention: 2 dtypes x 3 shapes x (RoPE rows, RoPE tables).
+    # projections; attention: 2 dtypes x (3 shapes x (RoPE rows, RoPE tables) + 2 shapes with tables).
     assert kernels.count("_draw_kernel") == 12 and kernels.count("_gemv_kernel") == 24
-    assert kernels.count("_attention_kernel") == 24
+    assert kernels.count("_attention_kernel") == 32
+    # attention_launch's three launches: (keys a block, warps, stages).
+    assert {(d["BLOCK_L"], d["num_warps"], d["num_stages"]) for d in launches if "BLOCK_L" in d} == {
+        (64, 4, 3),
+        (16, 4, 3),
+        (32, 1, 3),
+        (16, 1, 2),
+    }
     assert {d["ROPE_TABLES"] for d in launches if "ROPE_TABLES" in d} == {True, False}
     # With it, each kernel waits for the previous one and lets the next start (engine.pdl).
     plain, chained = launches[: len(launches) // 2], launches[len(launches) // 2 :]
