@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# An A/B of builds on one GPU machine: for each TAG=TREE, a fresh `voicewire serve` of the checkout
+# TREE (a `git worktree` of the build; `.` for this one) and its benches, one server after another,
+# through scripts/bench_gpu.sh. Compare only within one call: lent machines of one kind differ by
+# 15-20%, and a fresh machine's first server ran a third slower than the next ones (docs/benchmarks.md),
+# so put a warm-up build first or repeat the first.
+# Usage: scripts/ab_servers.sh OUT_DIR TAG=TREE [TAG=TREE ...]
+#   writes OUT_DIR/TAG.json, .md, .serve.log and .metrics.txt for each, as bench_gpu.sh does.
+# Settings from the environment:
+#   SIZE (0.6b), LEVELS (256), and bench_gpu.sh's own (RATE, SESSIONS, CANCEL_EVERY, FRAMES, CONFIG,
+#   WORKERS); the default is `busy`: RATE=0 SESSIONS=10 CANCEL_EVERY=0.
+#   SERVER_S (600): the most seconds one server may take, start and benches together.
+#   INDUCTOR_CACHE: a .tar.gz of Inductor's and Triton's caches. Unpacked first where it exists and
+#   written after the runs: a machine that starts bare compiles the fused kernels again otherwise
+#   (on a lent H100 the engine was ready 149 s after loading with the cache, 271 s without).
+# The packages are each tree's folders, linked as `voicewire.*` (as scripts/offline_wheels.sh's
+# header does); PYTHONPATH's other entries (the offline wheels) stay.
+set -euo pipefail
+out=${1:?output folder}
+shift
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+root=$PWD
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/voicewire-inductor}
+export TRITON_CACHE_DIR=$TORCHINDUCTOR_CACHE_DIR/triton
+cache=${INDUCTOR_CACHE:-}
+if [ -n "$cache" ] && [ -f "$cache" ]; then
+  mkdir -p "$TORCHINDUCTOR_CACHE_DIR" && tar xzf "$cache" -C "$TORCHINDUCTOR_CACHE_DIR"
+  echo "inductor cache: $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1) from $cache"
+fi
+base_path=${PYTHONPATH:-}
+for spec in "$@"; do
+  tag=${spec%%=*}
+  tree=$(cd "${spec#*=}" && pwd)
+  links=$(mktemp -d)
+  mkdir -p "$links/voicewire"
+  for package in engine server client bench integrations; do
+    ln -s "$tree/$package" "$links/voicewire/$package"
+  done
+  started=$(date +%s)
+  (
+    cd "$tree"
+    export PYTHONPATH=$links${base_path:+:$base_path}
+    RATE=${RATE:-0} SESSIONS=${SESSIONS:-10} CANCEL_EVERY=${CANCEL_EVERY:-0} \
+      timeout "${SERVER_S:-600}" bash scripts/bench_gpu.sh "${SIZE:-0.6b}" "${LEVELS:-256}" "$out/$tag"
+  ) || echo "$tag: failed or cut short (exit $?)"
+  echo "$tag ($(git -C "$tree" rev-parse --short HEAD)): $(($(date +%s) - started)) s, server and benches"
+  rm -rf "$links"
+done
+if [ -n "$cache" ]; then
+  tar czf "$cache" -C "$TORCHINDUCTOR_CACHE_DIR" .
+  echo "inductor cache written: $cache ($(du -h "$cache" | cut -f1))"
+fi
