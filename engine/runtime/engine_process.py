@@ -44,12 +44,14 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
+from types import FrameType
 from typing import Any
 
 from voicewire.engine.config import EngineConfig, StreamOptions
@@ -316,6 +318,36 @@ def _join(
         time.sleep(REJOIN_EVERY_S)
 
 
+@contextlib.contextmanager
+def _sigterm_noted() -> Iterator[threading.Event]:
+    """An event set when SIGTERM comes, while in this block (main thread only; elsewhere it is never
+    set). A server worker joins the engine process while uvicorn loads its app, and uvicorn only
+    notes the signal then, to act on it after the load: without this, a worker whose engine process
+    is being restarted would wait for it through its server's stop, until killed. The handler it
+    replaces still runs."""
+    noted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+    before = signal.getsignal(signal.SIGTERM)
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        if before == signal.SIG_IGN:
+            return
+        noted.set()
+        if callable(before):
+            before(signum, frame)
+        elif before == signal.SIG_DFL:  # as if no handler had been here: end now
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, note)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+
+
 class EngineProcess:
     """A connection to an `Engine` running in its own process; see the module's docstring.
     `start` spawns that process and owns it, starting it again when it dies (`RestartPolicy`);
@@ -400,7 +432,13 @@ class EngineProcess:
         """Join a running engine process (a server worker; the process that started it owns it).
         When it goes away, now or later, this connection waits for its owner to start another and
         joins it: a worker that starts as the engine process dies serves the next one."""
-        conn, ready = _join(address, authkey, os.getppid())
+        with _sigterm_noted() as noted:
+            try:
+                conn, ready = _join(address, authkey, os.getppid(), stopping=noted.is_set)
+            except (OSError, EOFError):
+                if noted.is_set():
+                    raise SystemExit("stopped by SIGTERM while joining the engine process") from None
+                raise
         engine = cls(conn, ready, address, authkey, on_lost=on_lost, restarts=RestartPolicy())
         log.info("joined the engine process")
         return engine

@@ -12,6 +12,8 @@ import pickle
 import random
 import signal
 import struct
+import subprocess
+import sys
 import threading
 import time
 from multiprocessing.connection import Listener
@@ -475,3 +477,37 @@ def test_a_worker_sees_its_owner_gone_before_it_looked() -> None:
     child.join(timeout=30)
     assert child.exitcode == 0
     assert told.get(timeout=60) is False
+
+
+# A server worker joins the engine process while uvicorn loads its app, and uvicorn's SIGTERM handler
+# then only notes the signal for after the load.
+JOIN_UNDER_UVICORN = """
+import signal, sys
+from voicewire.engine.runtime.engine_process import EngineProcess
+signal.signal(signal.SIGTERM, lambda signum, frame: None)
+print("joining", flush=True)
+EngineProcess.connect(sys.argv[1], b"key")
+"""
+
+
+def test_sigterm_stops_a_worker_waiting_to_join_an_engine_process(tmp_path) -> None:
+    """Nothing listens where it joins (an engine process being started again): it retries until
+    SIGTERM, which its server sends when it stops, and then exits saying why."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", JOIN_UNDER_UVICORN, str(tmp_path / "engine.sock")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "joining\n"
+        time.sleep(1)  # a few of its tries, REJOIN_EVERY_S apart
+        assert process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 1
+    assert "stopped by SIGTERM while joining the engine process" in err
