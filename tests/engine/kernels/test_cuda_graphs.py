@@ -10,10 +10,10 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs nee
 
 
 def test_put_bytes_copies_every_byte_into_place() -> None:
-    dst = np.zeros(6, dtype=np.int64)
+    dst = np.full(6, -1, dtype=np.int64)
     src = np.arange(6, dtype=np.int64)
     cuda_graphs.put_bytes(dst[:4], src[2:])
-    assert dst.tolist() == [2, 3, 4, 5, 0, 0]
+    assert dst.tolist() == [2, 3, 4, 5, -1, -1]
     cuda_graphs.put_bytes(dst[4:], bytes(16))
     assert dst.tolist() == [2, 3, 4, 5, 0, 0]
 
