@@ -13,13 +13,18 @@ const browser = await chromium.launch({
 });
 const result = { scenario };
 
-// Waits until the worklet has rendered every sample the server reported, or has stood still for
-// a second with an empty buffer (a lost sample then shows in the test's played == samples).
+// Waits until every turn the player opened is done, then until the worklet has rendered every
+// sample the server reported for them, or has stood still for a second with an empty buffer (a
+// lost sample then shows in the test's played == samples). Typed text can make two turns: the
+// server ends a turn at its max_frames while the typing goes on, and the words typed after that
+// open the next one, as they would for a user.
 async function playedOut(page) {
+  await page.waitForFunction(() => window.seen.dones.length === window.voicewire.turns && !window.voicewire.context,
+    null, { timeout: 60000, polling: 50 });
   await page.waitForFunction(() => {
     const { played, bufferMs } = window.voicewire.stats();
     const w = window.seen;
-    if (played >= w.done.samples) return true;
+    if (played >= w.doneSamples) return true;
     if (bufferMs > 0 || played !== w.lastPlayed) { w.lastPlayed = played; w.stillSince = performance.now(); }
     return performance.now() - (w.stillSince ?? performance.now()) > 1000;
   }, null, { timeout: 30000, polling: 50 });
@@ -32,7 +37,7 @@ async function watchPlayer(page) {
   await page.evaluate((text) => { window.FIDELITY_TEXT = text; }, process.env.FIDELITY_TEXT || '');
   await page.evaluate(() => {
     const p = window.voicewire;
-    window.seen = { firstAudioAt: null, rendered: [], done: null, dones: [], errors: [], underruns: [], arrived: [], states: [] };
+    window.seen = { firstAudioAt: null, rendered: [], done: null, dones: [], doneSamples: 0, errors: [], underruns: [], arrived: [], states: [] };
     setInterval(() => { // the demo's state line, each change
       const state = document.getElementById('state').textContent;
       if (window.seen.states.at(-1) !== state) window.seen.states.push(state);
@@ -43,7 +48,11 @@ async function watchPlayer(page) {
       window.seen.firstAudioAt ??= performance.now();
       window.seen.arrived.push([performance.now(), e.detail.pts + e.detail.samples]);
     });
-    p.addEventListener('done', (e) => { window.seen.done = e.detail; window.seen.dones.push(e.detail.context_id); });
+    p.addEventListener('done', (e) => {
+      window.seen.done = e.detail;
+      window.seen.dones.push(e.detail.context_id);
+      window.seen.doneSamples += e.detail.samples; // of every turn, as the worklet's played counts
+    });
     p.addEventListener('rendered', (e) => { window.seen.rendered.push([performance.now(), e.detail.length]); });
   });
   return page.evaluate(() => window.voicewire.stats().codec);
@@ -177,16 +186,17 @@ try {
     }
     result.typingEndedAt = (await page.evaluate(() => performance.now())) - typingStarted;
     await page.click('#speak');
-    await page.waitForFunction(() => window.seen.done !== null, null, { timeout: 60000 });
     await playedOut(page);
     const seen = await page.evaluate(() => ({
       firstAudioAt: window.seen.firstAudioAt, done: window.seen.done, stats: window.voicewire.stats(),
-      underruns: window.seen.underruns, arrived: window.seen.arrived,
+      underruns: window.seen.underruns, arrived: window.seen.arrived, dones: window.seen.dones, doneSamples: window.seen.doneSamples,
     }));
     result.underrunsAt = seen.underruns.map(([t, played]) => [t - typingStarted, played]);
     result.arrivedAt = seen.arrived.map(([t, total]) => [t - typingStarted, total]);
     result.firstAudioAfterTypingStartMs = seen.firstAudioAt - typingStarted;
     result.done = seen.done;
+    result.dones = seen.dones;
+    result.doneSamples = seen.doneSamples;
     result.stats = seen.stats;
     await page.screenshot({ path: `${outDir}/demo-${scenario}.png`, fullPage: true });
   } else if (scenario === 'fidelity') {
@@ -196,7 +206,6 @@ try {
       window.voicewire.push(window.FIDELITY_TEXT);
       window.voicewire.end();
     });
-    await page.waitForFunction(() => window.seen.done !== null, null, { timeout: 60000 });
     await playedOut(page);
     const seen = await page.evaluate(() => ({
       samples: window.seen.samples, done: window.seen.done, voice: document.getElementById('voice').value,
