@@ -32,12 +32,13 @@ def level_report(
     server: dict | None = None,
     server_cores: dict | None = None,
     lookahead: Lookahead | None = None,
+    thread_cores: dict | None = None,
 ) -> dict:
     """The JSON report of one level's runs, with the engine's view (`histogram_report`), the
     sessions each server process took (`process_shares`), the server's way from the engine to
     the socket (`histogram_report` of `SERVER_HISTOGRAMS`), the cores its processes used
-    (`cores_used`) and first audio from the send that completed the lookahead (`lookahead_send`)
-    if given."""
+    (`cores_used`) and by thread group (`thread_cores_used`), and first audio from the send that
+    completed the lookahead (`lookahead_send`) if given."""
     from voicewire.engine.runtime.playback import START_BUFFER_S  # as in simulated_underruns
 
     runs, wall = level.runs, level.wall_s
@@ -93,6 +94,11 @@ def level_report(
         # CPU cores each process of `voicewire serve` used in the level, by role ("engine": the
         # engine process; "server": the workers), largest first; empty for a server in this process.
         "server_cpu_cores": server_cores or {},
+        # The same by thread group, summed over each role's processes: where a worker's CPU goes
+        # (main: its event loop, codec: Opus and the other encoders, engine-reader: the engine's
+        # audio arriving) and the engine process's (talker, decoder, send, read; other: threads not
+        # Python's, PyTorch's and CUDA's among them).
+        "server_cpu_cores_by_thread": thread_cores or {},
         "engine": engine or {},
         "server": server or {},
     }

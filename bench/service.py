@@ -65,6 +65,8 @@ async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
         histogram_report,
         read_histograms,
         read_process_cpu,
+        read_thread_cpu,
+        thread_cores_used,
     )
     from voicewire.server.metrics import SERVER_HISTOGRAMS
 
@@ -76,7 +78,10 @@ async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
     )
     shares = process_shares(sessions_by_process(before), sessions_by_process(after))
     cores = cores_used(read_process_cpu(before), read_process_cpu(after), between_scrapes_s)
-    return level_report(streams, load.frames, load.rate, level, engine, shares, server, cores, lookahead)
+    threads = thread_cores_used(read_thread_cpu(before), read_thread_cpu(after), between_scrapes_s)
+    return level_report(
+        streams, load.frames, load.rate, level, engine, shares, server, cores, lookahead, threads
+    )
 
 
 def bench_service(

@@ -139,7 +139,7 @@ class Engine:
         talker = threading.Thread(
             target=self.scheduler.run,
             args=(self._stop,),
-            name=f"voicewire-{self.config.backend}",
+            name=f"voicewire-talker_{self.config.backend}",
             daemon=True,
         )
         self._threads = [

@@ -94,8 +94,8 @@ class _Client:
         self._pending = threading.Event()
         self._gone = False
         roster.clients.append(self)
-        threading.Thread(target=self._send_loop, name=f"voicewire-send-{name}", daemon=True).start()
-        threading.Thread(target=self._read_loop, name=f"voicewire-read-{name}", daemon=True).start()
+        threading.Thread(target=self._send_loop, name=f"voicewire-send_{name}", daemon=True).start()
+        threading.Thread(target=self._read_loop, name=f"voicewire-read_{name}", daemon=True).start()
 
     def post(self, event: object) -> None:
         with self._lock:

@@ -119,6 +119,62 @@ class EngineMetrics:
 
 PROCESS_CPU = "voicewire_process_cpu_seconds"
 PROCESS_RSS = "voicewire_process_resident_bytes"
+THREAD_CPU = "voicewire_process_thread_cpu_seconds"
+# Threads are named "voicewire-GROUP" or "voicewire-GROUP_INSTANCE" (a pool's or a connection's).
+_THREAD_PREFIX = "voicewire-"
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def thread_group(name: str) -> str:
+    """The group a thread's CPU counts in: "main", the GROUP of a "voicewire-GROUP[_INSTANCE]"
+    thread, or "python" for any other Python thread (a library's)."""
+    if name == "MainThread":
+        return "main"
+    if not name.startswith(_THREAD_PREFIX):
+        return "python"
+    return name[len(_THREAD_PREFIX) :].split("_", 1)[0]
+
+
+def _thread_cpu(native_id: int) -> float | None:
+    """A thread of this process's CPU seconds (user and system) from Linux's /proc, in clock ticks
+    (10 ms); None once it has exited, or off Linux."""
+    try:
+        with open(f"/proc/self/task/{native_id}/stat") as stat:
+            # The fields after the name, which may hold spaces: state, then 10 more, then utime, stime.
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class ThreadCpu:
+    """This process's CPU time by thread group (`thread_group`), each a running total: a thread
+    that exits keeps in its group what it had used at the last reading. "other" is the rest, so the
+    groups add up to the process's CPU time: threads that are not Python's (PyTorch's, CUDA's), a
+    Python thread's time after its last reading, and threads that began and ended between two."""
+
+    def __init__(self) -> None:
+        self._live: dict[int, tuple[str, float]] = {}  # native id: group, CPU seconds at the last look
+        self._ended: dict[str, float] = {}
+
+    def read(self) -> dict[str, float]:
+        process = time.process_time()
+        live: dict[int, tuple[str, float]] = {}
+        for thread in threading.enumerate():
+            native_id = thread.native_id
+            seconds = None if native_id is None else _thread_cpu(native_id)
+            if native_id is not None and seconds is not None:
+                live[native_id] = (thread_group(thread.name), seconds)
+        for native_id, (group, seconds) in self._live.items():
+            if native_id not in live:
+                self._ended[group] = self._ended.get(group, 0.0) + seconds
+        self._live = live
+        groups = dict(self._ended)
+        for group, seconds in live.values():
+            groups[group] = groups.get(group, 0.0) + seconds
+        # Ticks round each thread down, so the rest can come out a little negative.
+        groups["other"] = max(process - sum(groups.values()), 0.0)
+        return groups
 
 
 def _resident_bytes() -> float | None:
@@ -153,10 +209,20 @@ class ProcessUsage:
             registry=registry,
             multiprocess_mode="all",
         )
+        self._threads = Gauge(
+            THREAD_CPU,
+            "CPU time of this process by thread group (main: the event loop of a server worker; "
+            "codec, talker, decoder, ...; other: the rest, threads not Python's among it), by role",
+            ["role", "thread"],
+            registry=registry,
+            multiprocess_mode="all",
+        )
+        self._role = role
+        self._thread_cpu = ThreadCpu()
         self._cpu, self._rss = cpu.labels(role), rss.labels(role)
         self._interval_s = interval_s
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"voicewire-usage-{role}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"voicewire-usage_{role}", daemon=True)
 
     def start(self) -> ProcessUsage:
         self.sample()
@@ -165,6 +231,8 @@ class ProcessUsage:
 
     def sample(self) -> None:
         self._cpu.set(time.process_time())
+        for group, seconds in self._thread_cpu.read().items():
+            self._threads.labels(self._role, group).set(seconds)
         resident = _resident_bytes()
         if resident is not None:
             self._rss.set(resident)
@@ -187,6 +255,35 @@ def read_process_cpu(exposition: str) -> dict[tuple[str, str], float]:
 def read_process_rss(exposition: str) -> dict[tuple[str, str], float]:
     """`ProcessUsage`'s resident bytes in a /metrics exposition, by (role, pid), as above."""
     return _by_process(exposition, PROCESS_RSS)
+
+
+def read_thread_cpu(exposition: str) -> dict[tuple[str, str, str], float]:
+    """`ProcessUsage`'s CPU seconds by thread group, by (role, pid, group)."""
+    for family in text_string_to_metric_families(exposition):
+        if family.name == THREAD_CPU:
+            return {
+                (s.labels["role"], s.labels.get("pid", ""), s.labels["thread"]): s.value
+                for s in family.samples
+            }
+    return {}
+
+
+def thread_cores_used(
+    before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float], wall_s: float
+) -> dict[str, dict[str, float]]:
+    """CPU cores each role's thread groups used between two `read_thread_cpu` readings, summed
+    over the role's processes, largest first (as `cores_used`: a process that started meanwhile
+    counts from 0)."""
+    by_role: dict[str, dict[str, float]] = {}
+    for (role, pid, group), seconds in after.items():
+        used = seconds - before.get((role, pid, group), 0.0)
+        if used > 0 and wall_s > 0:
+            groups = by_role.setdefault(role, {})
+            groups[group] = groups.get(group, 0.0) + used / wall_s
+    return {
+        role: {group: round(cores, 3) for group, cores in sorted(groups.items(), key=lambda g: -g[1])}
+        for role, groups in sorted(by_role.items())
+    }
 
 
 def _by_process(exposition: str, name: str) -> dict[tuple[str, str], float]:

@@ -26,6 +26,7 @@ REPORT_KEYS = {
     "session_setup_ms",
     "sessions_per_server_process",
     "server_cpu_cores",
+    "server_cpu_cores_by_thread",
     "engine",
     "server",
 }

@@ -46,6 +46,7 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         assert level["client_process_end_s"] == [pytest.approx(ended["max"], abs=0.01)]
         assert level["sessions_per_server_process"] == [level["streams"]]  # one server process
         assert level["server_cpu_cores"] == {}  # only `voicewire serve`'s processes report their CPU
+        assert level["server_cpu_cores_by_thread"] == {}
         assert set(level["underruns"]) == {
             "streams_with_underruns",
             "total",

@@ -23,7 +23,7 @@ from tests.server.conftest import _descendants
 from tests.server.wsclient import WireClient
 from voicewire.engine import EngineConfig
 from voicewire.engine.runtime.engine_process import EngineProcess
-from voicewire.engine.runtime.metrics import read_process_cpu
+from voicewire.engine.runtime.metrics import read_process_cpu, read_thread_cpu
 from voicewire.server import serving
 from voicewire.server.app import BackgroundServer
 from voicewire.server.config import ServerConfig
@@ -209,6 +209,22 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
         cpu = read_process_cpu(_exposition(port))
         assert set(cpu) == {("engine", engine)} | {("server", str(pid)) for pid in servers}
         assert all(seconds > 0.1 for seconds in cpu.values()), cpu  # loading, warm-up and 6 sessions
+        # The same CPU by thread group: the groups of each process add up to its CPU time, and
+        # each worked where it should: the workers' event loops, the engine's talker and decoder.
+        threads = read_thread_cpu(_exposition(port))
+        cpu = read_process_cpu(_exposition(port))
+        by_process = {
+            process: {group: s for (r, p, group), s in threads.items() if (r, p) == process}
+            for process in cpu
+        }
+        for (role, pid), groups in by_process.items():
+            assert sum(groups.values()) == pytest.approx(cpu[role, pid], abs=0.5), (role, groups, cpu)
+            if role == "server":
+                assert groups["main"] > 0.5 and "engine-reader" in groups, groups
+            else:
+                assert groups["talker"] > 0.1 and groups["decoder"] > 0.05, groups
+        # 6 sessions of 6 frames are little Opus, and a worker may have taken none: its threads are there.
+        assert any("codec" in groups for (role, _), groups in by_process.items() if role == "server")
         # The gauges, summed over the workers, come back to 0 once every session has closed (a
         # worker may still be closing its last one when the clients are done).
         deadline = time.monotonic() + 20

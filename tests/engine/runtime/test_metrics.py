@@ -2,8 +2,10 @@
 its process used."""
 
 import mmap
+import threading
 import time
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from voicewire.engine.runtime.metrics import (
@@ -11,12 +13,16 @@ from voicewire.engine.runtime.metrics import (
     SUM,
     EngineMetrics,
     ProcessUsage,
+    ThreadCpu,
     cores_used,
     histogram_quantile,
     histogram_report,
     read_histograms,
     read_process_cpu,
     read_process_rss,
+    read_thread_cpu,
+    thread_cores_used,
+    thread_group,
 )
 
 
@@ -96,3 +102,83 @@ def test_process_memory_follows_this_process() -> None:
     with open("/proc/self/status") as status:  # the kernel's own figure, for scale
         vm_rss = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
     assert 0.5 * vm_rss < read_process_rss(generate_latest(registry).decode())[("server", "")] <= 2 * vm_rss
+
+
+def _spin(
+    seconds: float, spun: threading.Event | None = None, release: threading.Event | None = None
+) -> None:
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+    if spun is not None and release is not None:
+        spun.set()
+        release.wait()  # alive until read
+
+
+def test_thread_groups_from_thread_names() -> None:
+    assert thread_group("MainThread") == "main"
+    assert thread_group("voicewire-codec_3") == "codec"  # a pool's thread
+    assert thread_group("voicewire-send_worker-2") == "send"  # a connection's
+    assert thread_group("voicewire-talker_torch") == "talker"
+    assert thread_group("voicewire-engine-reader") == "engine-reader"
+    assert thread_group("Thread-7 (run)") == "python"  # a library's
+
+
+def _spun(seconds: float, name: str, read: ThreadCpu) -> dict[str, float]:
+    """A thread named `name` spins `seconds` of CPU; `read` after that and before it exits."""
+    spun, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=_spin, args=(seconds, spun, release), name=name)
+    thread.start()
+    assert spun.wait(30)
+    groups = read.read()
+    release.set()
+    thread.join()
+    return groups
+
+
+def test_thread_cpu_counts_each_group_and_keeps_what_ended_threads_used() -> None:
+    cpu = ThreadCpu()
+    before = cpu.read()
+    tick = 0.01
+    first = _spun(0.3, "voicewire-codec_0", cpu)
+    assert first["codec"] - before.get("codec", 0.0) >= 0.3 - tick
+    # The first thread has exited: its CPU stays in the group, the second one's adds to it.
+    second = _spun(0.2, "voicewire-codec_1", cpu)
+    assert second["codec"] - before.get("codec", 0.0) >= 0.5 - 2 * tick
+    _spin(0.1)  # on the main thread
+    after = cpu.read()
+    assert after["codec"] == second["codec"]  # both gone, both kept
+    assert after["main"] - second["main"] >= 0.1 - tick
+    # The groups add up to the process's CPU time: the rest is "other".
+    assert after["other"] >= 0.0
+    assert sum(after.values()) == pytest.approx(time.process_time(), abs=0.05)
+
+
+def test_process_usage_reports_thread_groups_and_reads_back_as_cores() -> None:
+    registry = CollectorRegistry()
+    usage = ProcessUsage("server", registry, interval_s=0.05).start()
+    try:
+        before = read_thread_cpu(generate_latest(registry).decode())
+        spun, release = threading.Event(), threading.Event()
+        worker = threading.Thread(target=_spin, args=(0.3, spun, release), name="voicewire-codec_0")
+        worker.start()
+        assert spun.wait(30)
+        deadline = time.monotonic() + 10
+        while (after := read_thread_cpu(generate_latest(registry).decode())).get(
+            ("server", "", "codec"), 0.0
+        ) < 0.29:  # 0.3 s in ticks, rounded down
+            assert time.monotonic() < deadline, after
+            time.sleep(0.05)
+        release.set()
+        worker.join()
+    finally:
+        usage.stop()
+    assert {group for _, _, group in after} >= {"main", "codec", "usage", "other"}
+    cores = thread_cores_used(before, after, 0.5)
+    assert set(cores) == {"server"} and cores["server"]["codec"] >= 0.58
+    assert next(iter(cores["server"])) == "codec"  # largest first
+    # Summed over a role's processes, and a process that started meanwhile counts from 0.
+    before = {("server", "8", "main"): 1.0, ("server", "8", "codec"): 2.0}
+    after = {("server", "8", "main"): 3.0, ("server", "8", "codec"): 2.5, ("server", "9", "codec"): 1.0}
+    assert thread_cores_used(before, after, 2.0) == {"server": {"main": 1.0, "codec": 0.75}}
+    assert read_thread_cpu("") == {}
