@@ -75,7 +75,9 @@ async def _session(load: Load, index: int, seed: int, cancel: bool) -> SessionRu
                 run.cancel_s = now - (cancel_sent or now)
                 run.done_s, run.ended_at = now, time.time()
                 break
-            elif kind == "error" and message.get("fatal"):
+            elif kind == "error":
+                # Refused (a voice the checkpoint lacks; engine_full: a level larger than the
+                # server's slots and its slot wait): no `done` follows, so the level stops here.
                 raise RuntimeError(f"session {index}: {message}")
         feeder.cancel()
     return run

@@ -1,6 +1,13 @@
-"""A `voicewire bench` session's simulated player."""
+"""A `voicewire bench` session: its simulated player, and a session the server refuses."""
 
-from voicewire.bench.session import Underruns, simulated_underruns
+import asyncio
+
+import pytest
+
+from tests.server.conftest import running_server
+from voicewire.bench.load import Load
+from voicewire.bench.session import Underruns, run_sessions, simulated_underruns
+from voicewire.server.config import ServerConfig
 
 
 def test_the_simulated_player_counts_gaps() -> None:
@@ -11,3 +18,16 @@ def test_the_simulated_player_counts_gaps() -> None:
     # having played 0.3 s; then plays to 1.2 and waits for the sixth, having played 0.5 s.
     assert simulated_underruns(late) == Underruns(2, 1.45, (0.3, 0.5))
     assert simulated_underruns([(0.0, 0.05)]) == Underruns(0, 0.0, ())  # never reached its start buffer
+
+
+def test_a_level_larger_than_the_servers_slots_stops_saying_why(tiny_models) -> None:
+    # 8 slots (running_server's engine), 10 sessions at once, a slot wait of 0.2 s: two contexts are
+    # refused with engine_full. The level ended there, not waiting for a `done` that never comes.
+    with running_server(tiny_models["custom_voice"], ServerConfig(slot_wait_s=0.2)) as server:
+        load = Load(server.url, frames=60, rate=0.0, speaker="vivian", cancel_every=0)
+        with pytest.raises(RuntimeError, match="'code': 'engine_full'"):
+            asyncio.run(asyncio.wait_for(run_sessions(load, list(range(10))), 120))
+        # So does a session whose voice the checkpoint refuses (it has no speaker of that name).
+        load = Load(server.url, frames=60, rate=0.0, speaker="nobody", cancel_every=0)
+        with pytest.raises(RuntimeError, match="'code': 'invalid_voice'"):
+            asyncio.run(asyncio.wait_for(run_sessions(load, [0]), 120))
