@@ -1,5 +1,6 @@
 """A `voicewire bench` level's statistics as its JSON report (`level_report`), and a sweep's
-report as a Markdown table (`markdown`) and a plot (`plot`)."""
+report as a Markdown table (`markdown`) and a plot (`plot`); builds against each other as one
+table (`comparison`)."""
 
 from __future__ import annotations
 
@@ -130,6 +131,50 @@ def markdown(report: dict) -> str:
             f"{under['streams_with_underruns']}, {under['total_gap_s']} | {level['cancel_ms']['p50']} | "
             f"{level['aggregate_audio_s_per_s']} | {ended['p50']} / {ended['max']} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def _pair(figures: dict, first: str, second: str) -> str:
+    return f"{figures.get(first)} / {figures.get(second)}" if figures else "–"
+
+
+def _cores(level: dict) -> str:
+    """The engine process's cores; the workers' (each), and their event loops' and encoders' in all."""
+    cores, threads = level.get("server_cpu_cores") or {}, level.get("server_cpu_cores_by_thread") or {}
+    if not cores:
+        return "–"
+    text = f"{sum(cores.get('engine', []))}; {', '.join(map(str, cores.get('server', [])))}"
+    server = threads.get("server") or {}
+    if server:
+        text += f" (main {server.get('main', 0.0)}, codec {server.get('codec', 0.0)})"
+    return text
+
+
+def comparison(reports: dict[str, dict]) -> str:
+    """Builds against each other as a Markdown table: a row per level of each named report (as
+    scripts/ab_servers.sh writes them), with the figures an A/B reads: throughput, gaps, first
+    audio, speed, the chunks' way to the socket, the cores used, and the engine's steps and decoder
+    rounds."""
+    lines = [
+        "| build | streams × sessions | audio-s/s | streams with gaps (gap s) | first audio p50 / p95 (ms) "
+        "| speed p50 / p5 | chunk delivery p50 / p95 (ms) | cores: engine; workers (main, codec) "
+        "| steps: count / streams p50 | decoder rounds: count / chunks p50 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, report in reports.items():
+        for level in report["levels"]:
+            engine, server = level.get("engine") or {}, level.get("server") or {}
+            steps, rounds = engine.get("step_streams") or {}, engine.get("decode_round_chunks") or {}
+            under = level["underruns"]
+            lines.append(
+                f"| {name} | {level['streams']} × {level.get('sessions_per_stream', 1)} "
+                f"| {level['aggregate_audio_s_per_s']} "
+                f"| {under['streams_with_underruns']} ({under['total_gap_s']}) "
+                f"| {_pair(level['first_audio_ms'], 'p50', 'p95')} "
+                f"| {_pair(level['speed_x_realtime'], 'p50', 'p5')} "
+                f"| {_pair(server.get('chunk_delivery_ms') or {}, 'p50', 'p95')} | {_cores(level)} "
+                f"| {_pair(steps, 'count', 'p50')} | {_pair(rounds, 'count', 'p50')} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -5,7 +5,8 @@
 # 15-20%, and a fresh machine's first server ran a third slower than the next ones (docs/benchmarks.md),
 # so put a warm-up build first or repeat the first.
 # Usage: scripts/ab_servers.sh OUT_DIR TAG=TREE [TAG=TREE ...]
-#   writes OUT_DIR/TAG.json, .md, .serve.log and .metrics.txt for each, as bench_gpu.sh does.
+#   writes OUT_DIR/TAG.json, .md, .serve.log and .metrics.txt for each, as bench_gpu.sh does, and
+#   OUT_DIR/comparison.md: the builds side by side (scripts/compare_bench.py).
 # Settings from the environment:
 #   SIZE (0.6b), LEVELS (256), and bench_gpu.sh's own (RATE, SESSIONS, CANCEL_EVERY, FRAMES, CONFIG,
 #   WORKERS); the default is `busy`: RATE=0 SESSIONS=10 CANCEL_EVERY=0.
@@ -47,6 +48,11 @@ for spec in "$@"; do
   echo "$tag ($(git -C "$tree" rev-parse --short HEAD)): $(($(date +%s) - started)) s, server and benches"
   rm -rf "$links"
 done
+tables=()
+for spec in "$@"; do
+  [ -f "$out/${spec%%=*}.json" ] && tables+=("${spec%%=*}=$out/${spec%%=*}.json")
+done
+[ ${#tables[@]} -gt 0 ] && python3 "$root/scripts/compare_bench.py" "${tables[@]}" | tee "$out/comparison.md"
 if [ -n "$cache" ]; then
   tar czf "$cache" -C "$TORCHINDUCTOR_CACHE_DIR" .
   echo "inductor cache written: $cache ($(du -h "$cache" | cut -f1))"

@@ -2,7 +2,7 @@
 
 from voicewire.bench.level import LevelRuns
 from voicewire.bench.lookahead import Lookahead
-from voicewire.bench.report import level_report, markdown
+from voicewire.bench.report import comparison, level_report, markdown
 from voicewire.bench.session import SessionRun
 
 REPORT_KEYS = {
@@ -82,4 +82,33 @@ def test_a_level_report_and_its_markdown_row() -> None:
     assert table[0].endswith("chunks (frames): the server's.")
     assert table[-1] == (
         "| 2 | 150.0 / 195.0 / 199.0 | 50.0 / 50.0 / 50.0 | 0.78 / 0.78 | 1, 0.5 | 50.0 | 0.6 | 1.25 / 1.5 |"
+    )
+
+
+def test_builds_side_by_side() -> None:
+    level = {
+        "streams": 256,
+        "sessions_per_stream": 10,
+        "aggregate_audio_s_per_s": 1184.887,
+        "underruns": {"streams_with_underruns": 2, "total_gap_s": 0.072},
+        "first_audio_ms": {"p50": 161.25, "p95": 281.53, "p99": 333.96, "max": 430.22},
+        "speed_x_realtime": {"p50": 4.75, "p5": 4.34, "p1": 4.15, "min": 4.0},
+        "server_cpu_cores": {"engine": [1.661], "server": [1.518, 1.264]},
+        "server_cpu_cores_by_thread": {"server": {"main": 1.1, "codec": 1.5, "other": 0.2}},
+        "engine": {
+            "step_streams": {"count": 1209, "total": 256000.0, "p50": 187.71, "p95": 249.17},
+            "decode_round_chunks": {"count": 224, "total": 27185.0, "p50": 118.08, "p95": 241.81},
+        },
+        "server": {"chunk_delivery_ms": {"count": 27185, "total": 1e6, "p50": 28.26, "p95": 125.08}},
+    }
+    # A report from a server in the bench's own process has no cores and no server figures.
+    alone = {**level, "server_cpu_cores": {}, "server_cpu_cores_by_thread": {}, "engine": {}, "server": {}}
+    table = comparison({"main": {"levels": [level]}, "in process": {"levels": [alone]}}).splitlines()
+    assert len(table) == 4 and table[0].startswith("| build | streams × sessions | audio-s/s |")
+    assert table[2] == (
+        "| main | 256 × 10 | 1184.887 | 2 (0.072) | 161.25 / 281.53 | 4.75 / 4.34 | 28.26 / 125.08 "
+        "| 1.661; 1.518, 1.264 (main 1.1, codec 1.5) | 1209 / 187.71 | 224 / 118.08 |"
+    )
+    assert table[3] == (
+        "| in process | 256 × 10 | 1184.887 | 2 (0.072) | 161.25 / 281.53 | 4.75 / 4.34 | – | – | – | – |"
     )
