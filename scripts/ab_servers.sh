@@ -13,7 +13,9 @@
 #   SERVER_S (600): the most seconds one server may take, start and benches together.
 #   INDUCTOR_CACHE: a .tar.gz of Inductor's and Triton's caches. Unpacked first where it exists and
 #   written after the runs: a machine that starts bare compiles the fused kernels again otherwise
-#   (on a lent H100 the engine was ready 149 s after loading with the cache, 271 s without).
+#   (on a lent H100 the engine was ready 149 s after loading with the cache, 271 s without). It is
+#   kept in parts of 15 MiB (FILE.part-aa, -ab, ...), as a device call brings back files of at most
+#   16 MiB; parts are read where the whole file is not there.
 # The packages are each tree's folders, linked as `voicewire.*` (as scripts/offline_wheels.sh's
 # header does); PYTHONPATH's other entries (the offline wheels) stay.
 set -euo pipefail
@@ -25,8 +27,9 @@ root=$PWD
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/voicewire-inductor}
 export TRITON_CACHE_DIR=$TORCHINDUCTOR_CACHE_DIR/triton
 cache=${INDUCTOR_CACHE:-}
-if [ -n "$cache" ] && [ -f "$cache" ]; then
-  mkdir -p "$TORCHINDUCTOR_CACHE_DIR" && tar xzf "$cache" -C "$TORCHINDUCTOR_CACHE_DIR"
+if [ -n "$cache" ] && { [ -f "$cache" ] || compgen -G "$cache.part-*" >/dev/null; }; then
+  mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
+  if [ -f "$cache" ]; then tar xzf "$cache" -C "$TORCHINDUCTOR_CACHE_DIR"; else cat "$cache".part-* | tar xz -C "$TORCHINDUCTOR_CACHE_DIR"; fi
   echo "inductor cache: $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1) from $cache"
 fi
 base_path=${PYTHONPATH:-}
@@ -54,6 +57,7 @@ for spec in "$@"; do
 done
 [ ${#tables[@]} -gt 0 ] && python3 "$root/scripts/compare_bench.py" "${tables[@]}" | tee "$out/comparison.md"
 if [ -n "$cache" ]; then
-  tar czf "$cache" -C "$TORCHINDUCTOR_CACHE_DIR" .
-  echo "inductor cache written: $cache ($(du -h "$cache" | cut -f1))"
+  rm -f "$cache" "$cache".part-*
+  tar cz -C "$TORCHINDUCTOR_CACHE_DIR" . | split -b 15M -a 2 - "$cache.part-"
+  echo "inductor cache written: $cache.part-* ($(cat "$cache".part-* | wc -c) bytes)"
 fi
