@@ -15,17 +15,33 @@ from voicewire.server.metrics_dir import MULTIPROCESS_DIR
 LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 SPEED_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0)
 HOST_PATH_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0)
+# A chunk's way in hops: from a tenth of a millisecond, as one hop of an idle server takes.
+HOP_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 # The histograms `voicewire bench` reports beside the engine's (`engine.metrics.histogram_report`):
 # with the engine's player_gap, they tell whether a gap was made before the decoder's output, on
 # the server's way to the socket, or after it.
 SERVER_HISTOGRAMS = {
     "chunk_delivery_ms": "voicewire_chunk_delivery_seconds",
+    # chunk_delivery_ms in its hops, which add up to it: the first two from an engine process only
+    # (in process, wait is from the decoder).
+    "chunk_engine_send_ms": "voicewire_chunk_engine_send_seconds",
+    "chunk_pipe_ms": "voicewire_chunk_pipe_seconds",
+    "chunk_wait_ms": "voicewire_chunk_wait_seconds",
+    "chunk_encode_ms": "voicewire_chunk_encode_seconds",
     "socket_player_gap_ms": "voicewire_socket_player_gap_seconds",
 }
 
 
 class Metrics:
+    def _hop(self, name: str, documentation: str) -> Histogram:
+        return Histogram(
+            f"voicewire_chunk_{name}_seconds",
+            f"{documentation}; a hop of voicewire_chunk_delivery_seconds",
+            buckets=HOP_BUCKETS,
+            registry=self.registry,
+        )
+
     def __init__(self, engine_registry: CollectorRegistry | None = None) -> None:
         """`engine_registry`: an engine running in this process, whose metrics are served too."""
         self.engine_registry = engine_registry
@@ -68,6 +84,22 @@ class Metrics:
             "worker's event loop and the Opus threads",
             buckets=HOST_PATH_BUCKETS,
             registry=self.registry,
+        )
+        # The same way in hops, which add up to it.
+        self.chunk_engine_send = self._hop(
+            "engine_send",
+            "From the decoder to its batch written by the engine process (its sender thread, the GIL)",
+        )
+        self.chunk_pipe = self._hop(
+            "pipe", "From the engine process's write to this worker's read of the batch"
+        )
+        self.chunk_wait = self._hop(
+            "wait",
+            "From this worker's read to the session taking the chunk: the event loop, and the "
+            "context's chunk before it",
+        )
+        self.chunk_encode = self._hop(
+            "encode", "From the session taking the chunk to its audio queued: the codec threads and the codec"
         )
         self.socket_player_gap = Histogram(
             "voicewire_socket_player_gap_seconds",

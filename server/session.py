@@ -462,11 +462,12 @@ class Session:
         started = time.perf_counter()
         try:
             async for chunk in stream:
+                taken = time.monotonic()
                 packets = await loop.run_in_executor(self.executor, context.render, chunk)
                 if context.state is ContextState.CANCELLED:
                     return
                 if chunk.pcm.shape[0]:
-                    self.metrics.chunk_delivery.observe(time.monotonic() - chunk.decoded_at)
+                    self._time_delivery(chunk, taken)
                 if packets and context.seq == 0:
                     self.metrics.first_audio.observe(time.perf_counter() - context.opened_at)
                 for packet in packets:
@@ -523,6 +524,18 @@ class Session:
                 self._error(from_engine(exc, context.id))
         except _SlowConsumer:
             pass  # the session is stopping
+
+    def _time_delivery(self, chunk: AudioChunk, taken: float) -> None:
+        """A chunk's way from the engine's decoder to its audio queued here, whole and in hops."""
+        encoded = time.monotonic()
+        self.metrics.chunk_delivery.observe(encoded - chunk.decoded_at)
+        if chunk.sent_at:  # from an engine process
+            self.metrics.chunk_engine_send.observe(chunk.sent_at - chunk.decoded_at)
+            self.metrics.chunk_pipe.observe(chunk.received_at - chunk.sent_at)
+            self.metrics.chunk_wait.observe(taken - chunk.received_at)
+        else:
+            self.metrics.chunk_wait.observe(taken - chunk.decoded_at)
+        self.metrics.chunk_encode.observe(encoded - taken)
 
     def _time_words(self, context: Context, timer: WordTimer, chunk: AudioChunk) -> None:
         """The chunk's text enters the timer frame by frame; the words whose start is now sent go out."""

@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Listener
@@ -51,7 +52,7 @@ def _on_cpu(voice: Voice) -> Voice:
 class _Forward:
     """One stream's listener in the child: its chunks and result go to the parent under its id."""
 
-    def __init__(self, stream_id: int, post: Callable[[object], None]) -> None:
+    def __init__(self, stream_id: int, post: Callable[[wire.Event], None]) -> None:
         self.stream_id = stream_id
         self._post = post
 
@@ -89,7 +90,7 @@ class _Client:
         self._voices = voices
         self._roster = roster
         self._sent_live = -1  # the live-stream count this server was last told
-        self._outbox: list[object] = []
+        self._outbox: list[wire.Event] = []
         self._lock = threading.Lock()
         self._pending = threading.Event()
         self._gone = False
@@ -97,7 +98,7 @@ class _Client:
         threading.Thread(target=self._send_loop, name=f"voicewire-send_{name}", daemon=True).start()
         threading.Thread(target=self._read_loop, name=f"voicewire-read_{name}", daemon=True).start()
 
-    def post(self, event: object) -> None:
+    def post(self, event: wire.Event) -> None:
         with self._lock:
             self._outbox.append(event)
         self._pending.set()
@@ -124,7 +125,7 @@ class _Client:
             live = self.engine.live_streams
             if batch or live != self._sent_live:
                 try:
-                    wire.write(self.conn, (live, batch))
+                    wire.write(self.conn, wire.Events(live, batch, time.monotonic()))
                 except (OSError, EOFError, ValueError):  # it went away; the reader cleans up
                     return
                 self._sent_live = live
@@ -194,8 +195,8 @@ class _Client:
             )
             self.post(wire.Finished(request.stream_id, StreamResult("error", 0, 0, 0, -1, error)))
 
-    def _post_and_forget(self, stream_id: int) -> Callable[[object], None]:
-        def post(event: object) -> None:
+    def _post_and_forget(self, stream_id: int) -> Callable[[wire.Event], None]:
+        def post(event: wire.Event) -> None:
             self.post(event)
             if isinstance(event, wire.Finished):
                 self.streams.pop(stream_id, None)

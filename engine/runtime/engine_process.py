@@ -543,12 +543,14 @@ class EngineProcess:
     def _read_loop(self) -> None:
         try:
             while True:
-                live, batch = wire.read(self._conn)
+                message: wire.Events = wire.read(self._conn)
+                received = time.monotonic()
+                live = message.live_streams
                 freed = live < self._engine_live
                 self._engine_live = live
                 self._opened_since_report = 0
                 by_loop: dict[asyncio.AbstractEventLoop, list[tuple[StreamHandle, object]]] = {}
-                for event in batch:
+                for event in message.events:
                     if isinstance(event, wire.Reply):
                         self._reply(event)
                         continue
@@ -558,6 +560,11 @@ class EngineProcess:
                     if isinstance(event, wire.Finished):
                         del self._streams[event.stream_id]
                         freed = True
+                    elif isinstance(event, wire.Chunk):  # its way here, for the server's metrics
+                        event = wire.Chunk(
+                            event.stream_id,
+                            dataclasses.replace(event.chunk, sent_at=message.sent_at, received_at=received),
+                        )
                     by_loop.setdefault(stream.loop, []).append((stream, event))
                 for loop, items in by_loop.items():
                     try:

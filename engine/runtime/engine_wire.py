@@ -4,7 +4,7 @@ by `pack` (which `write` sends) and read by `read`.
 
 Servers send requests (`Open`, `Tokens`, `Cancel`, `Call`, `Bye`) in batches with each stream's
 latest acknowledgement; the engine process sends events (`Chunk`, `Finished`, `Reply`) in batches
-with its count of live streams, after a `Ready` greeting. Its owner hears `Listening` or
+(`Events`) with its count of live streams, after a `Ready` greeting. Its owner hears `Listening` or
 `StartFailed` on the control pipe and stops it with `Close`.
 """
 
@@ -106,6 +106,17 @@ class StartFailed:
 
 
 @dataclass(frozen=True)
+class Events:
+    """To a server, from the engine process: what happened to its streams since the last batch
+    (`Chunk`, `Finished`, `Reply`, in order), the engine's count of live streams, and when the
+    batch was written (time.monotonic(), one clock for every process on the host)."""
+
+    live_streams: int
+    events: list[Event]
+    sent_at: float
+
+
+@dataclass(frozen=True)
 class Chunk:
     stream_id: int
     chunk: AudioChunk
@@ -122,3 +133,6 @@ class Reply:
     call_id: int
     value: Any
     error: EngineError | None
+
+
+Event = Chunk | Finished | Reply  # what an `Events` batch carries

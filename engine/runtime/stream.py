@@ -42,6 +42,9 @@ class AudioChunk:
     # time.monotonic() as the decoder let it go: CLOCK_MONOTONIC, one clock for every process on
     # the host, so a server process can time the chunk's way from the engine process.
     decoded_at: float = 0.0
+    # From an engine process: when its batch was written there, and read here (0: in process).
+    sent_at: float = 0.0
+    received_at: float = 0.0
 
     @property
     def frames(self) -> int:

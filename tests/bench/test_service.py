@@ -83,6 +83,12 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         delivery = server["chunk_delivery_ms"]
         assert level["streams"] <= delivery["count"] <= 6 * level["streams"]  # chunks 1, 3, 3, 3, 3, 1
         assert 0 < delivery["total"] < level["wall_s"] * 1000 * delivery["count"]
+        # In its hops: with the engine in this process, the wait from the decoder to the session
+        # and the encoding; they add up to it (each total rounded to 0.01 ms).
+        assert server["chunk_engine_send_ms"]["count"] == server["chunk_pipe_ms"]["count"] == 0
+        hops = [server["chunk_wait_ms"], server["chunk_encode_ms"]]
+        assert [hop["count"] for hop in hops] == [delivery["count"]] * 2
+        assert sum(hop["total"] for hop in hops) == pytest.approx(delivery["total"], abs=0.03)
     assert table.read_text().count("\n| ") == 3  # header + two levels
     assert "from lookahead p50 / p95 / p99 (ms)" in table.read_text()
     assert "chunks (frames): 1,3." in table.read_text()

@@ -198,6 +198,15 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
             assert metrics["voicewire_engine_frames_total"] >= 6 * 6
             assert metrics["voicewire_engine_first_chunk_seconds_count"] >= 6
             assert metrics["voicewire_engine_step_seconds_count"] >= 6
+            # Each chunk's way from the engine process's decoder, whole and in hops that add up to it.
+            delivered = metrics["voicewire_chunk_delivery_seconds_count"]
+            assert delivered >= 6
+            hops = ("engine_send", "pipe", "wait", "encode")
+            assert [metrics[f"voicewire_chunk_{hop}_seconds_count"] for hop in hops] == [delivered] * 4
+            assert sum(metrics[f"voicewire_chunk_{hop}_seconds_sum"] for hop in hops) == pytest.approx(
+                metrics["voicewire_chunk_delivery_seconds_sum"], abs=1e-6
+            )
+            assert all(metrics[f"voicewire_chunk_{hop}_seconds_sum"] >= 0 for hop in hops)
             # Each worker counts the sessions it took, under its own process id.
             opened = _opened_by_process(port)
             assert sum(opened.values()) == 6 and 1 <= len(opened) <= workers
