@@ -154,27 +154,31 @@ class ThreadCpu:
     Python thread's time after its last reading, and threads that began and ended between two."""
 
     def __init__(self) -> None:
-        self._live: dict[int, tuple[str, float]] = {}  # native id: group, CPU seconds at the last look
+        # Each thread (the object: the kernel reuses thread ids) with its group and CPU seconds at
+        # the last reading.
+        self._live: dict[threading.Thread, tuple[str, float]] = {}
         self._ended: dict[str, float] = {}
+        self._lock = threading.Lock()  # a sampler thread and a final reading may meet
 
     def read(self) -> dict[str, float]:
-        process = time.process_time()
-        live: dict[int, tuple[str, float]] = {}
-        for thread in threading.enumerate():
-            native_id = thread.native_id
-            seconds = None if native_id is None else _thread_cpu(native_id)
-            if native_id is not None and seconds is not None:
-                live[native_id] = (thread_group(thread.name), seconds)
-        for native_id, (group, seconds) in self._live.items():
-            if native_id not in live:
-                self._ended[group] = self._ended.get(group, 0.0) + seconds
-        self._live = live
-        groups = dict(self._ended)
-        for group, seconds in live.values():
-            groups[group] = groups.get(group, 0.0) + seconds
-        # Ticks round each thread down, so the rest can come out a little negative.
-        groups["other"] = max(process - sum(groups.values()), 0.0)
-        return groups
+        with self._lock:
+            process = time.process_time()
+            live: dict[threading.Thread, tuple[str, float]] = {}
+            for thread in threading.enumerate():
+                native_id = thread.native_id
+                seconds = None if native_id is None else _thread_cpu(native_id)
+                if seconds is not None:
+                    live[thread] = (thread_group(thread.name), seconds)
+            for thread, (group, seconds) in self._live.items():
+                if thread not in live:
+                    self._ended[group] = self._ended.get(group, 0.0) + seconds
+            self._live = live
+            groups = dict(self._ended)
+            for group, seconds in live.values():
+                groups[group] = groups.get(group, 0.0) + seconds
+            # Ticks round each thread down, so the rest can come out a little negative.
+            groups["other"] = max(process - sum(groups.values()), 0.0)
+            return groups
 
 
 def _resident_bytes() -> float | None:
