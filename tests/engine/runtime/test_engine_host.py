@@ -45,8 +45,9 @@ def _events(conn: Connection, until, timeout: float = 30) -> list[object]:
     deadline = time.monotonic() + timeout
     while not until(events):
         assert conn.poll(max(0.0, deadline - time.monotonic())), f"timed out; heard {events}"
-        _, batch = pickle.loads(conn.recv_bytes())
-        events.extend(batch)
+        batch = wire.read(conn)
+        assert isinstance(batch, wire.Events) and batch.sent_at <= time.monotonic()
+        events.extend(batch.events)
     return events
 
 
@@ -99,7 +100,7 @@ def test_acknowledgements_in_a_batch_let_a_stream_read_ahead_go_on(remote: Engin
         conn.send_bytes(pickle.dumps(([wire.Open(1, voice, GREEDY), *_say(tokenizer, 1, [TEXT])], {})))
         events = _events(conn, lambda heard: _samples(heard, 1) >= 24_000)  # one second buffered
         while conn.poll(1.0):  # until it stops for want of a reader
-            events.extend(pickle.loads(conn.recv_bytes())[1])
+            events.extend(wire.read(conn).events)
         assert 24_000 <= _samples(events, 1) < 30 * 1920 and not _finished(events)
         conn.send_bytes(pickle.dumps(([], {1: 30 * 1920})))
         events += _events(conn, lambda heard: 1 in _finished(heard))
