@@ -75,9 +75,11 @@ async def _session(load: Load, index: int, seed: int, cancel: bool) -> SessionRu
                 run.cancel_s = now - (cancel_sent or now)
                 run.done_s, run.ended_at = now, time.time()
                 break
-            elif kind == "error":
+            elif kind == "error" and message.get("code") != "context_closed":
                 # Refused (a voice the checkpoint lacks; engine_full: a level larger than the
                 # server's slots and its slot wait): no `done` follows, so the level stops here.
+                # Not context_closed: text still fed after the context reached its max_frames, or
+                # after this session's own cancel; its `done` or `cancelled` comes all the same.
                 raise RuntimeError(f"session {index}: {message}")
         feeder.cancel()
     return run
