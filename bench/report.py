@@ -153,13 +153,13 @@ def _cores(level: dict) -> str:
 def comparison(reports: dict[str, dict]) -> str:
     """Builds against each other as a Markdown table: a row per level of each named report (as
     scripts/ab_servers.sh writes them), with the figures an A/B reads: throughput, gaps, first
-    audio, speed, the chunks' way to the socket, the cores used, and the engine's steps and decoder
+    audio, speed, the chunks' way to the socket (the first chunks' apart), the cores used, and the engine's steps and decoder
     rounds."""
     lines = [
         "| build | streams × sessions | audio-s/s | streams with gaps (gap s) | first audio p50 / p95 (ms) "
-        "| speed p50 / p5 | chunk delivery p50 / p95 (ms) | cores: engine; workers (main, codec) "
+        "| speed p50 / p5 | chunk delivery p50 / p95 (ms) | first chunk delivery p50 / p95 (ms) | cores: engine; workers (main, codec) "
         "| steps: count / streams p50 | decoder rounds: count / chunks p50 |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, report in reports.items():
         for level in report["levels"]:
@@ -172,7 +172,8 @@ def comparison(reports: dict[str, dict]) -> str:
                 f"| {under['streams_with_underruns']} ({under['total_gap_s']}) "
                 f"| {_pair(level['first_audio_ms'], 'p50', 'p95')} "
                 f"| {_pair(level['speed_x_realtime'], 'p50', 'p5')} "
-                f"| {_pair(server.get('chunk_delivery_ms') or {}, 'p50', 'p95')} | {_cores(level)} "
+                f"| {_pair(server.get('chunk_delivery_ms') or {}, 'p50', 'p95')} "
+                f"| {_pair(server.get('first_chunk_delivery_ms') or {}, 'p50', 'p95')} | {_cores(level)} "
                 f"| {_pair(steps, 'count', 'p50')} | {_pair(rounds, 'count', 'p50')} |"
             )
     return "\n".join(lines) + "\n"

@@ -10,6 +10,9 @@
 # Settings from the environment:
 #   SIZE (0.6b), LEVELS (256), and bench_gpu.sh's own (RATE, SESSIONS, CANCEL_EVERY, FRAMES, CONFIG,
 #   WORKERS); the default is `busy`: RATE=0 SESSIONS=10 CANCEL_EVERY=0.
+#   BENCHES: more benches on each server, one "NAME: BENCH ARGS" a line, passed to bench_gpu.sh
+#   (e.g. "c1: --streams 1 --text-rate 0 --sessions-per-stream 5 --cancel-every 0"); written to
+#   OUT_DIR/TAG.NAME.json and .md, and not in comparison.md.
 #   SERVER_S (600): the most seconds one server may take, start and benches together.
 #   INDUCTOR_CACHE: a .tar.gz of Inductor's and Triton's caches. Unpacked first where it exists and
 #   written after the runs: a machine that starts bare compiles the fused kernels again otherwise
@@ -42,11 +45,14 @@ for spec in "$@"; do
     ln -s "$tree/$package" "$links/voicewire/$package"
   done
   started=$(date +%s)
+  benches=()
+  [ -n "${BENCHES:-}" ] && mapfile -t benches <<<"$BENCHES"
   (
     cd "$tree"
     export PYTHONPATH=$links${base_path:+:$base_path}
     RATE=${RATE:-0} SESSIONS=${SESSIONS:-10} CANCEL_EVERY=${CANCEL_EVERY:-0} \
-      timeout "${SERVER_S:-600}" bash scripts/bench_gpu.sh "${SIZE:-0.6b}" "${LEVELS:-256}" "$out/$tag"
+      timeout "${SERVER_S:-600}" bash scripts/bench_gpu.sh "${SIZE:-0.6b}" "${LEVELS:-256}" "$out/$tag" \
+      ${benches[@]+"${benches[@]}"}
   ) || echo "$tag: failed or cut short (exit $?)"
   echo "$tag ($(git -C "$tree" rev-parse --short HEAD)): $(($(date +%s) - started)) s, server and benches"
   rm -rf "$links"

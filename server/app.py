@@ -9,7 +9,6 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -27,6 +26,7 @@ from voicewire.engine.api import EngineClient
 from voicewire.server import elevenlabs as el
 from voicewire.server import protocol as p
 from voicewire.server.auth import Auth, Caller, split_subprotocols
+from voicewire.server.codec_pool import CodecPool
 from voicewire.server.config import ServerConfig, uvicorn_options
 from voicewire.server.errors import HTTP_STATUS, ProtocolError
 from voicewire.server.metrics import Metrics
@@ -49,7 +49,7 @@ def create_app(
     it when it shuts down (`voicewire serve`). Stored voices live in `config.data_dir` (opened on
     first use)."""
     config = config or ServerConfig()
-    executor = ThreadPoolExecutor(max_workers=config.codec_thread_count, thread_name_prefix="voicewire-codec")
+    executor = CodecPool(config.codec_thread_count)
     metrics = Metrics(engine.registry)
     auth = Auth(config)
     library = VoiceLibrary(engine, config.voice_folder, config.voices, metrics, shared=auth.open)

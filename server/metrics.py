@@ -29,6 +29,9 @@ SERVER_HISTOGRAMS = {
     "chunk_pipe_ms": "voicewire_chunk_pipe_seconds",
     "chunk_wait_ms": "voicewire_chunk_wait_seconds",
     "chunk_encode_ms": "voicewire_chunk_encode_seconds",
+    # A context's first chunk alone, which its first audio waits for, and its encode hop.
+    "first_chunk_delivery_ms": "voicewire_first_chunk_delivery_seconds",
+    "first_chunk_encode_ms": "voicewire_first_chunk_encode_seconds",
     "socket_player_gap_ms": "voicewire_socket_player_gap_seconds",
 }
 
@@ -100,6 +103,20 @@ class Metrics:
         )
         self.chunk_encode = self._hop(
             "encode", "From the session taking the chunk to its audio queued: the codec threads and the codec"
+        )
+        # A context's first chunk again, alone: its listener waits for it, and the codec threads
+        # take it ahead of the chunks of listeners with audio in hand (server.codec_pool).
+        self.first_chunk_delivery = Histogram(
+            "voicewire_first_chunk_delivery_seconds",
+            "voicewire_chunk_delivery_seconds of a context's first chunk with audio",
+            buckets=HOST_PATH_BUCKETS,
+            registry=self.registry,
+        )
+        self.first_chunk_encode = Histogram(
+            "voicewire_first_chunk_encode_seconds",
+            "voicewire_chunk_encode_seconds of a context's first chunk with audio",
+            buckets=HOP_BUCKETS,
+            registry=self.registry,
         )
         self.socket_player_gap = Histogram(
             "voicewire_socket_player_gap_seconds",

@@ -17,7 +17,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -32,6 +31,7 @@ from voicewire.engine.runtime.stream import SAMPLE_RATE, SAMPLES_PER_FRAME, Audi
 from voicewire.server import protocol as p
 from voicewire.server.admission import Admission
 from voicewire.server.auth import ANONYMOUS_CALLER, Caller
+from voicewire.server.codec_pool import CodecPool
 from voicewire.server.config import ServerConfig
 from voicewire.server.encoder import AudioEncoder, Packet
 from voicewire.server.errors import ProtocolError, from_engine
@@ -159,7 +159,7 @@ class Session:
     engine: EngineClient
     dialect: Dialect
     config: ServerConfig
-    executor: Executor
+    executor: CodecPool  # the process's codec threads, shared by its sessions
     metrics: Metrics
     library: VoiceLibrary | None = None  # for start.voice.id, as `caller` sees it
     caller: Caller = ANONYMOUS_CALLER
@@ -458,16 +458,18 @@ class Session:
             return
         stream = context.stream
         assert stream is not None
-        loop = asyncio.get_running_loop()
         started = time.perf_counter()
         try:
             async for chunk in stream:
                 taken = time.monotonic()
-                packets = await loop.run_in_executor(self.executor, context.render, chunk)
+                # Due when its listener would next wait: a first chunk ahead of chunks whose
+                # listeners have seconds in hand, though they came in the same decoder round.
+                due = context.player.dry_at(taken)
+                packets = await asyncio.wrap_future(self.executor.submit_due(due, context.render, chunk))
                 if context.state is ContextState.CANCELLED:
                     return
                 if chunk.pcm.shape[0]:
-                    self._time_delivery(chunk, taken)
+                    self._time_delivery(chunk, taken, first=context.seq == 0)
                 if packets and context.seq == 0:
                     self.metrics.first_audio.observe(time.perf_counter() - context.opened_at)
                 for packet in packets:
@@ -525,10 +527,14 @@ class Session:
         except _SlowConsumer:
             pass  # the session is stopping
 
-    def _time_delivery(self, chunk: AudioChunk, taken: float) -> None:
-        """A chunk's way from the engine's decoder to its audio queued here, whole and in hops."""
+    def _time_delivery(self, chunk: AudioChunk, taken: float, first: bool) -> None:
+        """A chunk's way from the engine's decoder to its audio queued here, whole and in hops;
+        `first`: the context's first chunk with audio, also timed apart."""
         encoded = time.monotonic()
         self.metrics.chunk_delivery.observe(encoded - chunk.decoded_at)
+        if first:
+            self.metrics.first_chunk_delivery.observe(encoded - chunk.decoded_at)
+            self.metrics.first_chunk_encode.observe(encoded - taken)
         if chunk.sent_at:  # from an engine process
             self.metrics.chunk_engine_send.observe(chunk.sent_at - chunk.decoded_at)
             self.metrics.chunk_pipe.observe(chunk.received_at - chunk.sent_at)

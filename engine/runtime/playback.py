@@ -35,6 +35,11 @@ class SimulatedPlayer:
         self.arrived_s += seconds
         return gap
 
+    def dry_at(self, now: float) -> float:
+        """When the listener next waits for audio: `now` before the player starts (it waits for
+        its start buffer), else when the audio arrived so far will have played (past while dry)."""
+        return now if self.ends_at is None else self.ends_at
+
     def buffered_s(self, now: float) -> float:
         """Audio arrived and not played by `now`: all of it before the player starts, and negative
         while it has run dry."""

@@ -99,16 +99,19 @@ def test_builds_side_by_side() -> None:
             "step_streams": {"count": 1209, "total": 256000.0, "p50": 187.71, "p95": 249.17},
             "decode_round_chunks": {"count": 224, "total": 27185.0, "p50": 118.08, "p95": 241.81},
         },
-        "server": {"chunk_delivery_ms": {"count": 27185, "total": 1e6, "p50": 28.26, "p95": 125.08}},
+        "server": {
+            "chunk_delivery_ms": {"count": 27185, "total": 1e6, "p50": 28.26, "p95": 125.08},
+            "first_chunk_delivery_ms": {"count": 2560, "total": 1e5, "p50": 12.5, "p95": 40.25},
+        },
     }
     # A report from a server in the bench's own process has no cores and no server figures.
     alone = {**level, "server_cpu_cores": {}, "server_cpu_cores_by_thread": {}, "engine": {}, "server": {}}
     table = comparison({"main": {"levels": [level]}, "in process": {"levels": [alone]}}).splitlines()
     assert len(table) == 4 and table[0].startswith("| build | streams × sessions | audio-s/s |")
     assert table[2] == (
-        "| main | 256 × 10 | 1184.887 | 2 (0.072) | 161.25 / 281.53 | 4.75 / 4.34 | 28.26 / 125.08 "
+        "| main | 256 × 10 | 1184.887 | 2 (0.072) | 161.25 / 281.53 | 4.75 / 4.34 | 28.26 / 125.08 | 12.5 / 40.25 "
         "| 1.661; 1.518, 1.264 (main 1.1, codec 1.5) | 1209 / 187.71 | 224 / 118.08 |"
     )
     assert table[3] == (
-        "| in process | 256 × 10 | 1184.887 | 2 (0.072) | 161.25 / 281.53 | 4.75 / 4.34 | – | – | – | – |"
+        "| in process | 256 × 10 | 1184.887 | 2 (0.072) | 161.25 / 281.53 | 4.75 / 4.34 | – | – | – | – | – |"
     )

@@ -89,6 +89,11 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         hops = [server["chunk_wait_ms"], server["chunk_encode_ms"]]
         assert [hop["count"] for hop in hops] == [delivery["count"]] * 2
         assert sum(hop["total"] for hop in hops) == pytest.approx(delivery["total"], abs=0.03)
+        # A context's first chunk alone: one a session that had audio (a cancel probe may have none).
+        first = server["first_chunk_delivery_ms"]
+        assert first["count"] == server["first_chunk_encode_ms"]["count"] <= level["streams"]
+        assert first["count"] >= level["streams"] - level["cancelled_sessions"]
+        assert 0 < first["total"] <= delivery["total"]
     assert table.read_text().count("\n| ") == 3  # header + two levels
     assert "from lookahead p50 / p95 / p99 (ms)" in table.read_text()
     assert "chunks (frames): 1,3." in table.read_text()

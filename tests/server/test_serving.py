@@ -207,6 +207,15 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
                 metrics["voicewire_chunk_delivery_seconds_sum"], abs=1e-6
             )
             assert all(metrics[f"voicewire_chunk_{hop}_seconds_sum"] >= 0 for hop in hops)
+            # Each context's first chunk again, alone: one a context, its encoding part of it.
+            assert metrics["voicewire_first_chunk_delivery_seconds_count"] == 6
+            assert metrics["voicewire_first_chunk_encode_seconds_count"] == 6
+            assert (
+                0
+                < metrics["voicewire_first_chunk_encode_seconds_sum"]
+                < metrics["voicewire_first_chunk_delivery_seconds_sum"]
+                <= metrics["voicewire_chunk_delivery_seconds_sum"]
+            )
             # Each worker counts the sessions it took, under its own process id.
             opened = _opened_by_process(port)
             assert sum(opened.values()) == 6 and 1 <= len(opened) <= workers

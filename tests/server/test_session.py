@@ -2,13 +2,13 @@
 the listener's clock at the socket, and what a client that stopped reading gets."""
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 
 import msgpack
 import pytest
 
 from voicewire.engine import Engine, EngineConfig
 from voicewire.server import protocol as p
+from voicewire.server.codec_pool import CodecPool
 from voicewire.server.config import ServerConfig
 from voicewire.server.encoder import AudioEncoder
 from voicewire.server.errors import ProtocolError
@@ -24,7 +24,7 @@ def test_a_context_the_engine_finished_is_closed_before_its_done(tiny_models, ve
 
     async def run() -> ProtocolError:
         with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
-            session = Session(None, engine, Codec(MSGPACK), ServerConfig(), ThreadPoolExecutor(1), Metrics())  # type: ignore[arg-type]
+            session = Session(None, engine, Codec(MSGPACK), ServerConfig(), CodecPool(1), Metrics())  # type: ignore[arg-type]
             await session._handle(
                 p.Start(type="start", voice={"speaker": "vivian"}, max_frames=2, suppress_eos=True)
             )
@@ -83,7 +83,7 @@ def test_the_listener_at_the_socket_hears_the_gap_the_send_loop_made(tiny_models
     async def run() -> tuple[Metrics, _Socket]:
         with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
             socket, metrics = _Socket(frames), Metrics()
-            session = Session(socket, engine, Codec(MSGPACK), ServerConfig(), ThreadPoolExecutor(1), metrics)  # type: ignore[arg-type]
+            session = Session(socket, engine, Codec(MSGPACK), ServerConfig(), CodecPool(1), metrics)  # type: ignore[arg-type]
             await session._handle(
                 p.Start(type="start", voice={"speaker": "vivian"}, format={"encoding": "pcm_s16le"})
             )
@@ -144,7 +144,7 @@ def test_a_slow_consumer_is_told_first_and_closed(tiny_models) -> None:
         with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
             socket, metrics = _StuckSocket(), Metrics()
             config = ServerConfig(send_queue=8)
-            session = Session(socket, engine, Codec(MSGPACK), config, ThreadPoolExecutor(1), metrics)  # type: ignore[arg-type]
+            session = Session(socket, engine, Codec(MSGPACK), config, CodecPool(1), metrics)  # type: ignore[arg-type]
             await session._handle(p.Start(type="start", voice={"speaker": "vivian"}))
             sender = asyncio.create_task(session._send_loop())
             with pytest.raises(_SlowConsumer):

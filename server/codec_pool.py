@@ -1,0 +1,94 @@
+"""The codec threads of a server process, most urgent job first.
+
+A worker's sessions encode their engine chunks here (Opus, resampling, the tempo stretch: CPU work
+that releases the GIL). The engine's decoder delivers its chunks in rounds, a round's for every
+stream at once, so a worker's threads take dozens of chunks together. In the order they came, a
+context's first chunk (one frame, whose listener waits for it) queued behind chunks of streams with
+seconds of audio in hand: at 256 busy streams on an H200 a chunk waited 36-41 ms p50 and
+175-182 ms p95 to be encoded (docs/log/2026-11.md, session 53). So each job carries a deadline,
+when its listener would next wait for audio, and the threads take the earliest first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# A job queued: (deadline, sequence, its future, the work); sequence keeps equal deadlines in the
+# order they came and is never equal, so the heap never compares futures.
+_Job = tuple[float, int, "Future[Any] | None", "Callable[[], Any] | None"]
+
+
+class CodecPool(Executor):
+    """`threads` threads named `{name}_{i}` (metrics.thread_group counts their CPU under `name`'s
+    group) that run the queued job with the earliest deadline (`time.monotonic()` seconds).
+    `submit`, as an `Executor` (and `loop.run_in_executor`), queues a job due now."""
+
+    def __init__(self, threads: int, name: str = "voicewire-codec") -> None:
+        if threads < 1:
+            raise ValueError(f"a codec pool needs a thread; got {threads}")
+        self._queue: list[_Job] = []
+        self._ready = threading.Condition()
+        self._order = itertools.count()
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True) for i in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit_due(self, deadline: float, fn: Callable[..., T], /, *args: Any) -> Future[T]:
+        """Queue `fn(*args)` to run once no job due earlier waits."""
+        future: Future[T] = Future()
+        with self._ready:
+            if self._closed:
+                raise RuntimeError("the codec pool is shut down")
+            heapq.heappush(self._queue, (deadline, next(self._order), future, lambda: fn(*args)))
+            self._ready.notify()
+        return future
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return self.submit_due(time.monotonic(), lambda: fn(*args, **kwargs))
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """No more jobs; those queued still run, unless `cancel_futures`. With `wait`, returns once
+        every thread has finished."""
+        with self._ready:
+            if not self._closed:
+                self._closed = True
+                if cancel_futures:
+                    for _, _, future, _ in self._queue:
+                        if future is not None:
+                            future.cancel()
+                    self._queue.clear()
+                # One stop for each thread, due after every job.
+                for _ in self._threads:
+                    heapq.heappush(self._queue, (float("inf"), next(self._order), None, None))
+                self._ready.notify_all()
+        if wait:
+            for thread in self._threads:
+                thread.join()
+
+    def _work(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue:
+                    self._ready.wait()
+                _, _, future, work = heapq.heappop(self._queue)
+            if future is None or work is None:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = work()
+            except BaseException as exc:  # the caller's to handle, as concurrent.futures does
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
