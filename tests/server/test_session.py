@@ -4,16 +4,18 @@ the listener's clock at the socket, and what a client that stopped reading gets.
 import asyncio
 
 import msgpack
+import numpy as np
 import pytest
 
 from voicewire.engine import Engine, EngineConfig
+from voicewire.engine.runtime.stream import AudioChunk
 from voicewire.server import protocol as p
 from voicewire.server.codec_pool import CodecPool
 from voicewire.server.config import ServerConfig
-from voicewire.server.encoder import AudioEncoder
+from voicewire.server.encoder import AudioEncoder, OutputFormat
 from voicewire.server.errors import ProtocolError
 from voicewire.server.metrics import Metrics
-from voicewire.server.session import Context, Session, _SlowConsumer
+from voicewire.server.session import CODEC_HORIZON_S, Context, Session, _SlowConsumer
 from voicewire.server.wire import FRAMES, MSGPACK, UNPACED, Codec
 
 
@@ -164,3 +166,23 @@ def test_a_slow_consumer_is_told_first_and_closed(tiny_models) -> None:
         s.name + str(s.labels): s.value for family in metrics.registry.collect() for s in family.samples
     }
     assert values["voicewire_errors_total{'code': 'slow_consumer'}"] == 1
+
+
+def test_a_chunk_is_due_when_its_listener_runs_dry_within_the_horizon_and_a_last_chunk_now() -> None:
+    """The codec threads' order (server.codec_pool): a context not yet playing is due now, a
+    playing one when its audio runs out, but never later than CODEC_HORIZON_S from now (beyond it,
+    first come first served), and a stream's last chunk now, as its client waits for `done`."""
+
+    def chunk(final: bool = False) -> AudioChunk:
+        empty = np.zeros((0, 16), dtype=np.int64)
+        return AudioChunk(np.zeros(1920, np.float32), 0, empty, np.zeros(0, np.int64), "", 0, final=final)
+
+    context = Context("c", None, AudioEncoder(OutputFormat("opus", 24000)))
+    assert CODEC_HORIZON_S == 1.0
+    assert context.due(chunk(), 10.0) == 10.0  # nothing played yet
+    context.player.add(10.0, 0.5)  # starts at 10.0, plays to 10.5
+    assert context.due(chunk(), 10.1) == 10.5
+    assert context.due(chunk(), 11.0) == 10.5  # dry since 10.5: ahead of anything due now
+    context.player.add(11.0, 3.0)  # plays to 14.0
+    assert context.due(chunk(), 11.0) == 12.0  # 3 s in hand, the horizon 1 s
+    assert context.due(chunk(final=True), 11.0) == 11.0
