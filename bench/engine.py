@@ -184,10 +184,15 @@ def parse_arm(spec: str, config: EngineConfig) -> dict[str, Any]:
         if key not in {f.name for f in dataclasses.fields(current)}:
             raise ValueError(f"arm {spec!r}: {section} has no field {key!r}")
         kind = type(getattr(current, key))
-        try:
-            parsed = tuple(int(v) for v in value.split("/")) if kind is tuple else kind(value)
-        except ValueError:
-            raise ValueError(f"arm {spec!r}: {name} takes a number, got {value!r}") from None
+        if kind is bool:  # bool("false") is True
+            if value not in ("true", "false"):
+                raise ValueError(f"arm {spec!r}: {name} takes true or false, got {value!r}")
+            parsed: Any = value == "true"
+        else:
+            try:
+                parsed = tuple(int(v) for v in value.split("/")) if kind is tuple else kind(value)
+            except ValueError:
+                raise ValueError(f"arm {spec!r}: {name} takes a number, got {value!r}") from None
         changed.setdefault(section, {})[key] = parsed
     return {
         section: dataclasses.replace(getattr(config, section), **fields)

@@ -47,15 +47,20 @@ class UrgentChunks:
     and its client (a turn-taking agent, or the next request) waits for that end. With `urgent_rows`,
     a round takes at most that many urgent chunks, those with the least in hand first, and none of
     the others: when a burst of new streams makes most chunks urgent, the listeners nearest to
-    running dry get theirs after a short round instead of at the end of one long one."""
+    running dry get theirs after a short round instead of at the end of one long one. With
+    `join_waiting`, the chunks of listeners waiting now (a new stream's first, or one run dry) that
+    come due while a round runs join its next pass, instead of waiting for the round's end."""
 
     in_hand_s: float = 0.0
     bulk_rows: int = 0  # 0: a round takes every due chunk
     urgent_rows: int = 0  # 0: a round takes every urgent chunk
+    join_waiting: bool = False
 
     def __post_init__(self) -> None:
         if self.in_hand_s < 0 or self.bulk_rows < 0 or self.urgent_rows < 0:
             raise InvalidOptions(f"urgent_chunks needs in_hand_s, bulk_rows and urgent_rows >= 0, got {self}")
+        if not isinstance(self.join_waiting, bool):
+            raise InvalidOptions(f"urgent_chunks.join_waiting is true or false, got {self.join_waiting!r}")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ exactly the new samples and equal one full decode. A stream's frames wait until 
 size is reached (small first chunk, larger later), or until a segment end, flush or close drains
 them. A round decodes every due chunk in shared passes, one per graphed frame count (8, 4, 2, 1).
 With `UrgentChunks`, a round decodes the chunks of listeners short of audio first, and at most so
-many of the others. On CUDA the decoder runs above the talker's stream priority.
+many of the others; with `join_waiting`, the chunks of listeners waiting now (a new stream's first,
+or one run dry) that come due while it runs join its next pass. On CUDA the decoder runs above the talker's stream
+priority.
 """
 
 from __future__ import annotations
@@ -132,6 +134,10 @@ class DecoderStage:
         self._streams: dict[int, _Decoding] = {}
         self._fresh: list[int] = []  # rows of newly opened streams, reset together before decoding
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        # Drops read during a round, of its streams: each frees a row that may be in flight.
+        self._held: deque[tuple] = deque()
+        self._in_round: set[int] = set()  # the streams with a chunk in the round that runs
+        self._joined = 0  # chunks that joined it
 
     @property
     def open_streams(self) -> int:
@@ -183,6 +189,8 @@ class DecoderStage:
         """Decode everything that is due, round by round, applying the queued messages before each:
         frames that came during a round go in the next, before chunks it left for later."""
         while True:
+            while self._held:
+                self._apply(self._held.popleft())
             while True:
                 try:
                     self._apply(self._inbox.get_nowait())
@@ -259,12 +267,17 @@ class DecoderStage:
             bulk = []
         if 0 < self.urgent.bulk_rows < len(bulk):
             bulk = sorted(bulk, key=lambda item: item[:2])[: self.urgent.bulk_rows]
+        # A marked stream too: its mark is delivered after the round, so its drop waits for that.
+        self._in_round = {item[-2].stream.id for item in (*urgent, *bulk)} | {d.stream.id for d in marked}
+        self._joined = 0
         self._decode([self._take(decoding, n) for _, decoding, n in urgent])
         self._decode([self._take(decoding, n) for _, _, decoding, n in bulk])
+        self._in_round = set()
         if urgent or bulk:
             self.metrics.decode_round.observe(time.monotonic() - now)
-            self.metrics.decode_round_chunks.observe(len(urgent) + len(bulk))
+            self.metrics.decode_round_chunks.observe(len(urgent) + len(bulk) + self._joined)
             self.metrics.decode_round_urgent.observe(len(urgent))
+            self.metrics.decode_round_joined.observe(self._joined)
         for decoding in marked:
             self._deliver_mark(decoding)
         return bool(urgent or bulk or marked)
@@ -281,6 +294,8 @@ class DecoderStage:
         present rather than one per count per chunk size. Smallest pieces first: first chunks and
         drains, which listeners are waiting for, come out in the first pass."""
         while due:
+            if self.urgent.join_waiting:
+                due += self._join_waiting()
             size = min(chunk.pieces[0] for chunk in due)
             riders = [chunk for chunk in due if chunk.pieces[0] == size]
             codes = np.array([[f.codes for f in chunk.next_frames(size)] for chunk in riders], dtype=np.int64)
@@ -302,6 +317,43 @@ class DecoderStage:
                 if not chunk.pieces:
                     self._deliver(chunk)
             due = [chunk for chunk in due if chunk.pieces]
+
+    def _join_waiting(self) -> list[_Chunk]:
+        """Between a round's passes: chunks that came due since it began, of listeners waiting now
+        (a new stream's first, or one run dry), to ride in its next pass instead of waiting for its
+        end, up to a round's length (session 53: rounds of 83 ms p50 at 256 busy streams, a first
+        chunk 70 ms behind its first frame). Only streams whose frames came meanwhile, so those
+        the round's caps left out stay out, and one chunk a stream a round: session 32's version,
+        which let in every chunk short of `in_hand_s` between passes (no caps then), made first
+        chunks later on every figure (docs/log/2026-11.md, "Urgent chunks and the decoder's
+        priority"). The scheduler's
+        messages are applied here but the drop of a stream in the round, which frees a row that
+        may be in flight: it waits for the round's end."""
+        fed: set[int] = set()
+        while True:
+            try:
+                message = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if message[0] == "drop" and message[1].id in self._in_round:
+                self._held.append(message)
+                continue
+            self._apply(message)
+            if message[0] == "frames":
+                fed.update(stream.id for stream in message[1])
+        self._reset_fresh()
+        now = time.monotonic()
+        joining = []
+        for stream_id in fed - self._in_round:
+            decoding = self._streams.get(stream_id)
+            if decoding is None or decoding.player.dry_at(now) > now:
+                continue
+            n = decoding.due()
+            if n:
+                joining.append(self._take(decoding, n))
+                self._in_round.add(stream_id)
+        self._joined += len(joining)
+        return joining
 
     def _deliver(self, chunk: _Chunk) -> None:
         decoding, frames = chunk.decoding, chunk.frames

@@ -62,12 +62,19 @@ class EngineMetrics:
         self.decode_round = self._histogram(
             "decode_round_seconds",
             "One decoder round: the due chunks of listeners short of audio, then at most bulk_rows of "
-            "the others, in shared passes (frames that arrive meanwhile wait for the next round)",
+            "the others, in shared passes (frames that arrive meanwhile wait for the next round, but "
+            "those of listeners waiting now, which join its next pass)",
             SECONDS,
         )
         self.decode_round_chunks = self._histogram("decode_round_chunks", "Chunks per decoder round", STREAMS)
         self.decode_round_urgent = self._histogram(
             "decode_round_urgent", "Chunks of listeners short of audio per decoder round", STREAMS
+        )
+        self.decode_round_joined = self._histogram(
+            "decode_round_joined",
+            "Chunks per decoder round that joined it while it ran: of listeners waiting now (a new "
+            "stream's first, or one run dry)",
+            STREAMS,
         )
         self.first_chunk = self._histogram(
             "first_chunk_seconds",
@@ -325,6 +332,7 @@ ENGINE_HISTOGRAMS = {
     "decode_round_ms": "voicewire_engine_decode_round_seconds",
     "decode_round_chunks": "voicewire_engine_decode_round_chunks",
     "decode_round_urgent": "voicewire_engine_decode_round_urgent",
+    "decode_round_joined": "voicewire_engine_decode_round_joined",
     "prefill_streams": "voicewire_engine_prefill_streams",
     "gc_pause_ms": "voicewire_engine_gc_pause_seconds",
     "gc_full_pause_ms": "voicewire_engine_gc_full_pause_seconds",

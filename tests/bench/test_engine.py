@@ -121,6 +121,7 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
         "in_hand_s": 0.5,
         "bulk_rows": 1,
         "urgent_rows": 0,
+        "join_waiting": False,
     }
     assert report["arms"][2]["settings"]["prefill_wait"] == {"max_s": 0.01, "prompts": 2}
     for arm in report["arms"]:
@@ -140,6 +141,7 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
         ("prefill_wait.prompts=0", "prompts >= 1"),
         ("chunks.frames=3/two", "takes a number"),
         ("urgent_chunks.bulk_rows=1.5", "takes a number"),
+        ("urgent_chunks.join_waiting=yes", "takes true or false"),
         ("chunks.frames=3/0", "chunk sizes must be whole numbers >= 1"),
     ],
 )
@@ -153,3 +155,8 @@ def test_an_arm_writes_a_list_with_slashes_and_fields_apart_with_commas() -> Non
     assert arm == {"chunks": ChunkSchedule(first_frames=1, frames=(3, 2, 2, 4, 8))}
     arm = bench.parse_arm("urgent_chunks.in_hand_s=1,urgent_chunks.bulk_rows=128", EngineConfig())
     assert arm == {"urgent_chunks": UrgentChunks(in_hand_s=1.0, bulk_rows=128)}
+    arm = bench.parse_arm("urgent_chunks.in_hand_s=1,urgent_chunks.join_waiting=true", EngineConfig())
+    assert arm == {"urgent_chunks": UrgentChunks(in_hand_s=1.0, join_waiting=True)}
+    assert bench.parse_arm("urgent_chunks.join_waiting=false", EngineConfig()) == {
+        "urgent_chunks": UrgentChunks(join_waiting=False)
+    }

@@ -174,7 +174,8 @@ def test_bulk_rows_leave_the_chunks_with_most_in_hand_for_the_next_round(
     tiny_models, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With one bulk row a round: c (nothing in hand) first, then b (0.24 s in hand) before a (0.32 s).
-    d's first frame, which arrives during the first pass, goes in the next round, before a."""
+    d's first frame, which arrives during the first pass, goes in the next round, before a (with
+    `join_waiting` off; test_a_new_stream_s_first_chunk_joins_the_round_in_flight has it on)."""
     stage, a, b, stream, feed = _listeners_in_hand(tiny_models["custom_voice"], monkeypatch)
     c, d = stream(3), stream(4)
     calls: list[list[str]] = []
@@ -198,14 +199,15 @@ def test_bulk_rows_leave_the_chunks_with_most_in_hand_for_the_next_round(
             value("voicewire_engine_decode_round_seconds_count"),
             value("voicewire_engine_decode_round_chunks_sum"),
             value("voicewire_engine_decode_round_urgent_sum"),
+            value("voicewire_engine_decode_round_joined_sum"),
         ]
 
     before = rounds()
     stage.process()
     assert calls == [["c"], ["b"], ["d"], ["a"]]
     assert [s.delivered_samples // SAMPLES_PER_FRAME for s in (a, b, c, d)] == [5, 4, 1, 1]
-    # Two rounds: c (urgent) with b, then d (urgent) with a.
-    assert [after - was for after, was in zip(rounds(), before, strict=True)] == [2, 4, 2]
+    # Two rounds: c (urgent) with b, then d (urgent) with a; none joined.
+    assert [after - was for after, was in zip(rounds(), before, strict=True)] == [2, 4, 2, 0]
 
 
 def test_urgent_rows_take_the_listeners_with_least_in_hand_first(
@@ -268,3 +270,118 @@ def test_a_chunk_s_pieces_join_into_an_array_of_their_own() -> None:
     passes[1][2] = 5.0
     assert passes[0][1, 0] == 6.0 and joined[-1] == -1.0
     assert decode_stage_module.join_samples([np.zeros(0, np.float32)]).shape == (0,)
+
+
+def _round_in_flight(model, monkeypatch: pytest.MonkeyPatch, during) -> tuple:
+    """On a clock that stands still (`in_hand_s` 0.2, `join_waiting` on): `ahead` has 0.24 s in hand, `running` a
+    13-frame chunk due (passes of 1, 4 and 8 frames). `during(stage, streams, feed)` runs as the
+    round's first pass starts, as the scheduler's thread would. Returns the passes (names,
+    frames), the chunks in delivery order (name, pcm), the streams and their codes."""
+    monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: 100.0))
+    stage = DecoderStage(
+        model.decoder,
+        slots=4,
+        chunks=ChunkSchedule(1, (1,)),
+        urgent=UrgentChunks(in_hand_s=0.2, join_waiting=True),
+    )
+    voice = model.voice(speaker="vivian")
+    names = ("running", "ahead", "new")
+    streams = {
+        name: Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i, name in enumerate(names)
+    }
+    gen = np.random.default_rng(11)
+    codes = {name: gen.integers(0, 2048, (14, 16)) for name in streams}
+    fed = {name: 0 for name in streams}
+    heard: list[tuple[str, np.ndarray]] = []
+    for name, s in streams.items():
+        s.deliver = lambda chunk, name=name: heard.append((name, chunk.pcm))
+
+    def feed(*names: str, frames: int = 1) -> None:
+        for _ in range(frames):
+            for name in names:
+                stage.frames([streams[name]], codes[name][fed[name] : fed[name] + 1], [TrackEntry(5, ())])
+                fed[name] += 1
+
+    for name in ("running", "ahead"):
+        stage.open(streams[name], None)
+    feed("running")
+    feed("ahead", frames=3)  # a first chunk of 3 frames: 0.24 s, so its player has started
+    stage.process()
+    heard.clear()
+    calls: list[tuple[list[str], int]] = []
+    decode = stage.batch.decode
+
+    def decoding(rows, frames):
+        if not calls:
+            during(stage, streams, feed)
+        owners = {stage._streams[s.id].row: name for name, s in streams.items() if s.id in stage._streams}
+        calls.append(([owners[r] for r in rows], frames.shape[1]))
+        return decode(rows, frames)
+
+    stage.batch.decode = decoding
+    feed("running", frames=13)
+    stage.process()
+    return stage, calls, heard, streams, codes
+
+
+def _whole(model, codes: np.ndarray) -> np.ndarray:
+    with torch.inference_mode():
+        return model.decoder(torch.from_numpy(codes[None])).float()[0].numpy()
+
+
+def test_a_new_stream_s_first_chunk_joins_the_round_in_flight(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream opened while a round runs has its first frame decoded in the round's next pass,
+    not after the round; `ahead`, fed too but with audio in hand, waits for the next round. Every
+    chunk is still its stream's exact decode."""
+    model = tiny_models["custom_voice"]
+
+    def during(stage, streams, feed) -> None:
+        stage.open(streams["new"], None)
+        feed("new", "ahead")
+
+    stage, calls, heard, _, codes = _round_in_flight(model, monkeypatch, during)
+    assert calls == [(["running"], 1), (["new"], 1), (["running"], 4), (["running"], 8), (["ahead"], 1)]
+    assert [name for name, _ in heard] == ["new", "running", "ahead"]
+    value = stage.metrics.registry.get_sample_value
+    assert value("voicewire_engine_decode_round_joined_sum") == 1
+    assert (
+        value("voicewire_engine_decode_round_chunks_sum") == 2 + 2 + 1
+    )  # the set-up's round, this one, ahead's
+    pcm = dict(heard)
+    np.testing.assert_allclose(pcm["new"], _whole(model, codes["new"][:1]), atol=1e-5)
+    # running's 13 frames follow its first; ahead's fourth frame its first three.
+    np.testing.assert_allclose(
+        pcm["running"], _whole(model, codes["running"][:14])[SAMPLES_PER_FRAME:], atol=1e-5
+    )
+    np.testing.assert_allclose(
+        pcm["ahead"], _whole(model, codes["ahead"][:4])[3 * SAMPLES_PER_FRAME :], atol=1e-5
+    )
+
+
+def test_a_drop_during_a_round_waits_for_its_end_only_for_a_stream_in_it(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """running, in the round, is cancelled while it runs: its row stays its own until the round ends
+    (the new stream opened meanwhile gets another), and then it is finished. ahead, not in the round,
+    is finished at once, and its row is the one the new stream takes."""
+    model = tiny_models["custom_voice"]
+    seen: dict[str, object] = {}
+
+    def during(stage, streams, feed) -> None:
+        running_row, ahead_row = (stage._streams[streams[n].id].row for n in ("running", "ahead"))
+        stage.drop(streams["running"], "cancelled", 14, 14, None)
+        stage.drop(streams["ahead"], "cancelled", 3, 3, None)
+        stage.open(streams["new"], None)
+        feed("new")
+        seen.update(running_row=running_row, ahead_row=ahead_row)
+
+    stage, calls, heard, streams, codes = _round_in_flight(model, monkeypatch, during)
+    assert calls == [(["running"], 1), (["new"], 1), (["running"], 4), (["running"], 8)]
+    assert stage._streams[streams["new"].id].row == seen["ahead_row"] != seen["running_row"]
+    assert [name for name, _ in heard] == ["new", "running"]
+    assert streams["running"].result is not None and streams["running"].result.reason == "cancelled"
+    assert streams["ahead"].result is not None and streams["ahead"].result.reason == "cancelled"
+    assert streams["running"].id not in stage._streams and not stage._held
+    np.testing.assert_allclose(dict(heard)["new"], _whole(model, codes["new"][:1]), atol=1e-5)
