@@ -20,6 +20,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -122,7 +123,11 @@ class DecoderStage:
         graphs: bool = False,
         metrics: EngineMetrics | None = None,
         urgent: UrgentChunks | None = None,
+        on_stop: Callable[[BaseException], None] | None = None,
     ) -> None:
+        """`on_stop(error)`: the decoder's thread ended on `error`, a bug (the engine refuses new
+        streams then; its open streams have failed)."""
+        self.on_stop = on_stop
         self.metrics = metrics or EngineMetrics()
         self.urgent = urgent or UrgentChunks()
         self.batch = BatchedDecoder(decoder, slots, graphs=graphs)
@@ -174,15 +179,22 @@ class DecoderStage:
         stream = (
             torch.cuda.Stream(self.device, priority=DECODER_PRIORITY) if self.device.type == "cuda" else None
         )
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            while not stop.is_set():
-                try:
-                    message = self._inbox.get(timeout=0.05)
-                except queue.Empty:
-                    continue
-                with torch.inference_mode():
-                    self._apply(message)
-                self.process()
+        try:
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                while not stop.is_set():
+                    try:
+                        message = self._inbox.get(timeout=0.05)
+                    except queue.Empty:
+                        continue
+                    with torch.inference_mode():
+                        self._apply(message)
+                    self.process()
+        except BaseException as exc:  # a bug, not a stream's fault: without this thread no stream gets audio
+            log.exception("the decoder stopped")
+            for decoding in list(self._streams.values()):
+                self._fail(decoding, exc)
+            if self.on_stop is not None:
+                self.on_stop(exc)
 
     @torch.inference_mode()
     def process(self) -> None:
@@ -420,7 +432,7 @@ class DecoderStage:
             StreamResult(reason, frames, frames * SAMPLES_PER_FRAME, decoding.offset, end_step)
         )
 
-    def _fail(self, decoding: _Decoding, exc: Exception) -> None:
+    def _fail(self, decoding: _Decoding, exc: BaseException) -> None:
         self._streams.pop(decoding.stream.id, None)
         heapq.heappush(self._free, decoding.row)
         frames = decoding.offset // SAMPLES_PER_FRAME

@@ -119,6 +119,7 @@ class Engine:
             graphs,
             self.metrics,
             self.config.urgent_chunks,
+            on_stop=lambda error: self.scheduler.streams.stopped(error),
         )
         max_ahead = int(self.config.max_buffered_seconds * SAMPLE_RATE)
         self._ids = itertools.count(1)
@@ -264,7 +265,7 @@ class Engine:
         self, voice: Voice, options: StreamOptions, listener: StreamListener
     ) -> tuple[Stream, GenerationOptions]:
         if (error := self.scheduler.streams.error) is not None:
-            raise RuntimeError("the engine's scheduler stopped") from error
+            raise RuntimeError("the engine's scheduler or decoder stopped") from error
         self.validate_voice(voice)
         generation = generation_options(self.info, options)
         return Stream(next(self._ids), voice, options, self.model.tokenizer, self._wake, listener), generation

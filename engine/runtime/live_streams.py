@@ -100,7 +100,7 @@ class LiveStreams(Generic[L]):
         seed = resolve_seed(stream.options.seed)
         with self._lock:
             if self._error is not None:
-                raise RuntimeError("the talker backend stopped") from self._error
+                raise RuntimeError("the talker backend or the decoder stopped") from self._error
             if self._reserved >= self.max_streams:
                 raise EngineFull(f"all {self.max_streams} stream slots are in use")
             slot = heapq.heappop(self._free)
@@ -108,7 +108,8 @@ class LiveStreams(Generic[L]):
             self._incoming.append(self.record(stream, options, lookahead, segments, slot, seed))
 
     def stopped(self, error: BaseException) -> None:
-        """The backend's loop ended on `error` (a bug, not a stream's fault): refuse new streams."""
+        """The backend's loop or the decoder's ended on `error` (a bug, not a stream's fault):
+        refuse new streams."""
         with self._lock:
             self._error = error
 

@@ -16,6 +16,7 @@ import math
 import os
 import threading
 import time
+from typing import cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -260,22 +261,26 @@ class ProcessUsage:
 def read_process_cpu(exposition: str) -> dict[tuple[str, str], float]:
     """`ProcessUsage`'s CPU seconds in a /metrics exposition, by (role, pid); the pid is "" for a
     server in one process."""
-    return _by_process(exposition, PROCESS_CPU)
+    return cast("dict[tuple[str, str], float]", _samples(exposition, PROCESS_CPU, "role", "pid"))
 
 
 def read_process_rss(exposition: str) -> dict[tuple[str, str], float]:
     """`ProcessUsage`'s resident bytes in a /metrics exposition, by (role, pid), as above."""
-    return _by_process(exposition, PROCESS_RSS)
+    return cast("dict[tuple[str, str], float]", _samples(exposition, PROCESS_RSS, "role", "pid"))
 
 
 def read_thread_cpu(exposition: str) -> dict[tuple[str, str, str], float]:
     """`ProcessUsage`'s CPU seconds by thread group, by (role, pid, group)."""
+    return cast(
+        "dict[tuple[str, str, str], float]", _samples(exposition, THREAD_CPU, "role", "pid", "thread")
+    )
+
+
+def _samples(exposition: str, name: str, *labels: str) -> dict[tuple[str, ...], float]:
+    """One family's samples in an exposition, by their `labels` ("" for one a sample lacks)."""
     for family in text_string_to_metric_families(exposition):
-        if family.name == THREAD_CPU:
-            return {
-                (s.labels["role"], s.labels.get("pid", ""), s.labels["thread"]): s.value
-                for s in family.samples
-            }
+        if family.name == name:
+            return {tuple(s.labels.get(label, "") for label in labels): s.value for s in family.samples}
     return {}
 
 
@@ -295,13 +300,6 @@ def thread_cores_used(
         role: {group: round(cores, 3) for group, cores in sorted(groups.items(), key=lambda g: -g[1])}
         for role, groups in sorted(by_role.items())
     }
-
-
-def _by_process(exposition: str, name: str) -> dict[tuple[str, str], float]:
-    for family in text_string_to_metric_families(exposition):
-        if family.name == name:
-            return {(s.labels["role"], s.labels.get("pid", "")): s.value for s in family.samples}
-    return {}
 
 
 def cores_used(

@@ -1,5 +1,6 @@
 """The decoder stage's scheduling of decode calls (the decoding itself is in test_decoder_batch)."""
 
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -385,3 +386,29 @@ def test_a_drop_during_a_round_waits_for_its_end_only_for_a_stream_in_it(
     assert streams["ahead"].result is not None and streams["ahead"].result.reason == "cancelled"
     assert streams["running"].id not in stage._streams and not stage._held
     np.testing.assert_allclose(dict(heard)["new"], _whole(model, codes["new"][:1]), atol=1e-5)
+
+
+def test_a_decoder_thread_that_breaks_fails_its_streams_and_says_so(tiny_models) -> None:
+    """A bug outside a decoder call (here the row reset) ends the decoder's thread: its open streams
+    fail with the cause instead of waiting for audio forever, and `on_stop` hears it (the engine
+    then refuses new streams)."""
+    model = tiny_models["custom_voice"]
+    stopped: list[BaseException] = []
+    stage = DecoderStage(model.decoder, slots=2, chunks=ChunkSchedule(1, (2,)), on_stop=stopped.append)
+
+    def broken(rows) -> None:
+        raise KeyError("row state")
+
+    stage.batch.reset = broken
+    stream = Stream(1, model.voice(speaker="vivian"), StreamOptions(), model.tokenizer, lambda: None)
+    stop = threading.Event()
+    thread = threading.Thread(target=stage.run, args=(stop,))
+    thread.start()
+    stage.open(stream, None)
+    stage.frames([stream], np.arange(16, dtype=np.int64)[None] * 7, [TrackEntry(5, ())])
+    thread.join(10)
+    stop.set()
+    assert not thread.is_alive()
+    assert stream.result is not None and stream.result.reason == "error"
+    assert "decoding failed: KeyError: 'row state'" in str(stream.result.error)
+    assert [type(error) for error in stopped] == [KeyError]

@@ -315,6 +315,32 @@ def test_one_failing_stream_does_not_touch_the_others(tiny_models) -> None:
     assert live == 0
 
 
+def test_a_broken_decoder_fails_its_streams_and_the_engine_refuses_more(model: Qwen3TTS) -> None:
+    """A bug in the decoder's thread (here its row reset): the open stream fails with the cause,
+    the engine says it is not healthy, and a new stream is refused at once rather than left silent."""
+
+    def broken(rows) -> None:
+        raise KeyError("row state")
+
+    async def run() -> tuple[BaseException | None, bool]:
+        with Engine(model, EngineConfig(max_streams=2, kv_length=128)) as engine:
+            engine.decoder_stage.batch.reset = broken
+            voice = await engine.voice(speaker="vivian")
+            stream = engine.open_stream(voice, GREEDY)
+            failure = None
+            try:
+                await asyncio.wait_for(speak(stream, [TEXT]), 30)
+            except StreamFailed as exc:
+                failure = exc
+            with pytest.raises(RuntimeError, match="scheduler or decoder stopped"):
+                engine.open_stream(voice, GREEDY)
+            return failure, engine.healthy
+
+    failure, healthy = asyncio.run(run())
+    assert failure is not None and "decoding failed: KeyError: 'row state'" in str(failure)
+    assert not healthy
+
+
 def test_a_slow_reader_pauses_its_stream(model: Qwen3TTS) -> None:
     config = EngineConfig(max_streams=2, kv_length=256, max_buffered_seconds=0.4)  # 5 frames
 

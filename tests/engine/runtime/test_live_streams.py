@@ -155,7 +155,7 @@ def test_a_stopped_backend_refuses_new_streams(model: Qwen3TTS) -> None:
     assert table.error is None
     bug = RuntimeError("a bug in the loop")
     table.stopped(bug)
-    with pytest.raises(RuntimeError, match="the talker backend stopped") as raised:
+    with pytest.raises(RuntimeError, match="the talker backend or the decoder stopped") as raised:
         _submit(model, table)
     assert raised.value.__cause__ is bug and table.error is bug and table.count == 0
 
