@@ -6,9 +6,9 @@ exactly the new samples and equal one full decode. A stream's frames wait until 
 size is reached (small first chunk, larger later), or until a segment end, flush or close drains
 them. A round decodes every due chunk in shared passes, one per graphed frame count (8, 4, 2, 1).
 With `UrgentChunks`, a round decodes the chunks of listeners short of audio first, and at most so
-many of the others; with `join_waiting`, the chunks of listeners waiting now (a new stream's first,
-or one run dry) that come due while it runs join its next pass. On CUDA the decoder runs above the talker's stream
-priority.
+many of the others; with `join_waiting`, the chunks of listeners waiting now (a new stream's
+first, or one run dry) that come due while it runs join its next pass. On CUDA the decoder runs
+above the talker's stream priority.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ class DecoderStage:
                     with torch.inference_mode():
                         self._apply(message)
                     self.process()
-        except BaseException as exc:  # a bug, not a stream's fault: without this thread no stream gets audio
+        except BaseException as exc:  # a bug, not a stream's fault; without this thread, no audio
             log.exception("the decoder stopped")
             for decoding in list(self._streams.values()):
                 self._fail(decoding, exc)
@@ -338,9 +338,8 @@ class DecoderStage:
         the round's caps left out stay out, and one chunk a stream a round: session 32's version,
         which let in every chunk short of `in_hand_s` between passes (no caps then), made first
         chunks later on every figure (docs/log/2026-11.md, "Urgent chunks and the decoder's
-        priority"). The scheduler's
-        messages are applied here but the drop of a stream in the round, which frees a row that
-        may be in flight: it waits for the round's end."""
+        priority"). The scheduler's messages are applied here but the drop of a stream in the
+        round, which frees a row that may be in flight: it waits for the round's end."""
         fed: set[int] = set()
         while True:
             try:
