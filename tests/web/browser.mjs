@@ -237,6 +237,7 @@ try {
     await page.evaluate(() => window.voicewire.send({ type: 'bogus' }));
     await page.waitForFunction(() => document.getElementById('status').textContent.startsWith('error'));
     result.errorStatus = await status();
+    result.errorsAfterTurns = await page.evaluate(() => [...window.seen.errors]);
     await page.click('#stop');
     result.statusAfterAction = await status();
     // Stop ends "Simulate LLM": no more words are written.

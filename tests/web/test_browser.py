@@ -131,7 +131,11 @@ def test_the_demo_page_takes_turns_stops_and_explains(server) -> None:
         "deleteHidden": True,
     }
     assert seen["seen"]["dones"][:2] == ["turn-1", "turn-2"]  # the text typed after Speak: turn 2
-    assert seen["seen"]["errors"] == ["unknown_type"]  # and no context_closed
+    assert seen["errorsAfterTurns"] == ["unknown_type"]  # and no context_closed
+    # Later, "Simulate LLM" types for 400 ms into turns of 12 frames (maxFrames): a word that
+    # reaches a turn the engine has just ended at max_frames, before its `done` is out, is answered
+    # context_closed (docs/protocol.md), and the words after the `done` open the next turn.
+    assert set(seen["seen"]["errors"][1:]) <= {"context_closed"}
     assert seen["statusAfterTurns"] == "connected (opus)"
     assert seen["errorStatus"].startswith("error: ") and "bogus" in seen["errorStatus"]  # words, not a code
     assert seen["statusAfterAction"] == "connected (opus)"  # cleared by the next action
