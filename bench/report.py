@@ -153,11 +153,12 @@ def _cores(level: dict) -> str:
 def comparison(reports: dict[str, dict]) -> str:
     """Builds against each other as a Markdown table: a row per level of each named report (as
     scripts/ab_servers.sh writes them), with the figures an A/B reads: throughput, gaps, first
-    audio, speed, the chunks' way to the socket (the first chunks' apart), the cores used, and the engine's steps and decoder
-    rounds."""
+    audio, speed, the chunks' way to the socket (the first chunks' apart), the cores used, and
+    the engine's steps and decoder rounds."""
     lines = [
         "| build | streams × sessions | audio-s/s | streams with gaps (gap s) | first audio p50 / p95 (ms) "
-        "| speed p50 / p5 | chunk delivery p50 / p95 (ms) | first chunk delivery p50 / p95 (ms) | cores: engine; workers (main, codec) "
+        "| speed p50 / p5 | chunk delivery p50 / p95 (ms) | first chunk delivery p50 / p95 (ms) "
+        "| cores: engine; workers (main, codec) "
         "| steps: count / streams p50 | decoder rounds: count / chunks p50 |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -11,6 +11,7 @@ when its listener would next wait for audio, and the threads take the earliest f
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import threading
@@ -50,12 +51,12 @@ class CodecPool(Executor):
         with self._ready:
             if self._closed:
                 raise RuntimeError("the codec pool is shut down")
-            heapq.heappush(self._queue, (deadline, next(self._order), future, lambda: fn(*args)))
+            heapq.heappush(self._queue, (deadline, next(self._order), future, functools.partial(fn, *args)))
             self._ready.notify()
         return future
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        return self.submit_due(time.monotonic(), lambda: fn(*args, **kwargs))
+        return self.submit_due(time.monotonic(), functools.partial(fn, *args, **kwargs))
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """No more jobs; those queued still run, unless `cancel_futures`. With `wait`, returns once

@@ -482,9 +482,10 @@ class Session:
                 packets = await asyncio.wrap_future(self.executor.submit_due(due, context.render, chunk))
                 if context.state is ContextState.CANCELLED:
                     return
+                first = bool(packets) and context.seq == 0  # the chunk its first audio waits for
                 if chunk.pcm.shape[0]:
-                    self._time_delivery(chunk, taken, first=context.seq == 0)
-                if packets and context.seq == 0:
+                    self._time_delivery(chunk, taken, first)
+                if first:
                     self.metrics.first_audio.observe(time.perf_counter() - context.opened_at)
                 for packet in packets:
                     self._emit(
@@ -543,7 +544,7 @@ class Session:
 
     def _time_delivery(self, chunk: AudioChunk, taken: float, first: bool) -> None:
         """A chunk's way from the engine's decoder to its audio queued here, whole and in hops;
-        `first`: the context's first chunk with audio, also timed apart."""
+        `first`: the chunk its context's first audio message came from, also timed apart."""
         encoded = time.monotonic()
         self.metrics.chunk_delivery.observe(encoded - chunk.decoded_at)
         if first:
