@@ -4,7 +4,10 @@
 # through scripts/bench_gpu.sh. Compare only within one call: lent machines of one kind differ by
 # 15-20%, and a fresh machine's first server ran a third slower than the next ones (docs/benchmarks.md),
 # so put a warm-up build first or repeat the first.
-# Usage: scripts/ab_servers.sh OUT_DIR TAG=TREE [TAG=TREE ...]
+# Usage: scripts/ab_servers.sh OUT_DIR TAG=TREE[:PROFILE] [TAG=TREE[:PROFILE] ...]
+#   PROFILE: that server's profile (a path from TREE, or absolute) in place of CONFIG, so that
+#   one build's settings are compared on one machine (e.g. fifo=.:/tmp/fifo.yaml, a copy of
+#   configs/gpu.yaml with server.codec_horizon_s: 0).
 #   writes OUT_DIR/TAG.json, .md, .serve.log and .metrics.txt for each, as bench_gpu.sh does, and
 #   OUT_DIR/comparison.md: the builds side by side (scripts/compare_bench.py).
 # Settings from the environment:
@@ -38,7 +41,10 @@ fi
 base_path=${PYTHONPATH:-}
 for spec in "$@"; do
   tag=${spec%%=*}
-  tree=$(cd "${spec#*=}" && pwd)
+  place=${spec#*=}
+  profile=
+  [[ $place == *:* ]] && profile=${place#*:} && place=${place%%:*}
+  tree=$(cd "$place" && pwd)
   links=$(mktemp -d)
   mkdir -p "$links/voicewire"
   for package in engine server client bench integrations; do
@@ -50,6 +56,7 @@ for spec in "$@"; do
   (
     cd "$tree"
     export PYTHONPATH=$links${base_path:+:$base_path}
+    [ -n "$profile" ] && export CONFIG=$profile
     RATE=${RATE:-0} SESSIONS=${SESSIONS:-10} CANCEL_EVERY=${CANCEL_EVERY:-0} \
       timeout "${SERVER_S:-600}" bash scripts/bench_gpu.sh "${SIZE:-0.6b}" "${LEVELS:-256}" "$out/$tag" \
       ${benches[@]+"${benches[@]}"}

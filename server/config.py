@@ -13,7 +13,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every server p
 
 
 # 0: a dead engine process stops the server; no waiting for a stream slot (engine_full at once).
-ZERO_ALLOWED = {"engine_restarts", "slot_wait_s", "slot_queue", "word_lag_frames"}
+ZERO_ALLOWED = {"engine_restarts", "slot_wait_s", "slot_queue", "word_lag_frames", "codec_horizon_s"}
 # Settings an environment variable overrides over the profile (a flag overrides both).
 ENV = {"data_dir": "VOICEWIRE_DATA_DIR"}
 
@@ -82,6 +82,15 @@ class ServerConfig:
     # Threads per worker encoding audio (Opus, resampling) off its event loop. None: the CPUs
     # shared among the workers. More threads than that only fight the event loop for the GIL.
     codec_threads: int | None = None
+    # How far ahead the codec threads look (session.Context.due): a chunk is due when its listener
+    # would run out of audio, or this many seconds from now if that is later, and the threads take
+    # the earliest due first; 0 takes chunks in the order they came. On an H200 at 256 busy streams,
+    # 1 s left no session a gap and first audio p95 at 200 ms, against 15-18 gapped sessions and
+    # 360-415 ms in the order they came; but the chunks a listener did not need yet waited, so its
+    # `done` came later (speed p50 / p5 3.9x / 2.1x against 4.7x / 3.7-3.9x) and the bench's
+    # streams, each starting its next session on `done`, made 830.7 audio-s/s against 1,123-1,157.
+    # 0.1 s left 115 sessions gapped (docs/log/2026-11.md, session 54).
+    codec_horizon_s: float = 1.0
     # An engine process that dies is started again (its open contexts get stream_failed and
     # /ready answers 503 until the new one is warm), unless it died more than this many times
     # within engine_restart_window_s: then the server exits non-zero, for its supervisor.

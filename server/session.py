@@ -51,12 +51,6 @@ KEEP_FINISHED = 64
 # The most messages the send loop writes in one send (server.wire.FRAMES): about a second of one
 # context's audio packets, so the messages behind them wait for no more than one such write.
 SEND_BATCH = 64
-# How far ahead the codec threads look (Context.due): a chunk whose listener has more audio in hand
-# than this is queued first come, first served. Without it, the listeners furthest ahead waited until
-# every other had caught up: on an H200 at 256 busy streams the slowest 5% of sessions made 2.7x
-# real time against 4.3-4.4x in the order chunks came (docs/log/2026-11.md, session 53). The
-# engine's decoder draws the same line (configs/gpu.yaml's urgent_chunks.in_hand_s).
-CODEC_HORIZON_S = 1.0
 
 
 class _FinishedIsClosed:
@@ -121,13 +115,13 @@ class Context:
             samples = self.tempo.position(samples)
         return samples * self.encoder.format.sample_rate // SAMPLE_RATE
 
-    def due(self, chunk: AudioChunk, now: float) -> float:
+    def due(self, chunk: AudioChunk, now: float, horizon_s: float) -> float:
         """When the codec threads should have `chunk` encoded (server.codec_pool): when its
-        listener would next wait for audio, no later than CODEC_HORIZON_S from now; now for a
-        stream's last chunk, as its client waits for the `done` behind it."""
+        listener would next wait for audio, no later than `horizon_s` from now (ServerConfig.
+        codec_horizon_s); now for a stream's last chunk, as its client waits for the `done` behind it."""
         if chunk.final:
             return now
-        return min(self.player.dry_at(now), now + CODEC_HORIZON_S)
+        return min(self.player.dry_at(now), now + horizon_s)
 
     def render(self, chunk: AudioChunk) -> list[Packet]:
         """An engine chunk as packets (in the executor: the stretch and the codec are CPU work)."""
@@ -478,7 +472,7 @@ class Session:
                 taken = time.monotonic()
                 # A first chunk ahead of chunks whose listeners have seconds in hand, though they
                 # came in the same decoder round.
-                due = context.due(chunk, taken)
+                due = context.due(chunk, taken, self.config.codec_horizon_s)
                 packets = await asyncio.wrap_future(self.executor.submit_due(due, context.render, chunk))
                 if context.state is ContextState.CANCELLED:
                     return

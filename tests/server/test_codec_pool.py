@@ -73,14 +73,14 @@ def test_results_and_errors_reach_the_caller_and_the_thread_goes_on() -> None:
 
 
 def test_its_threads_count_as_codec() -> None:
+    # Only this pool's threads: another test's pool may still be running (its threads are daemons).
+    before = set(threading.enumerate())
     pool = CodecPool(3)
-    names = sorted(
-        thread.name for thread in threading.enumerate() if thread.name.startswith("voicewire-codec_")
-    )
+    names = sorted(thread.name for thread in set(threading.enumerate()) - before)
     assert names == ["voicewire-codec_0", "voicewire-codec_1", "voicewire-codec_2"]
     assert {thread_group(name) for name in names} == {"codec"}
     pool.shutdown()
-    assert not [thread for thread in threading.enumerate() if thread.name.startswith("voicewire-codec_")]
+    assert not set(threading.enumerate()) - before
 
 
 def test_shutdown_runs_what_is_queued_or_cancels_it_and_refuses_more() -> None:

@@ -54,6 +54,14 @@ def test_voice_limits_from_the_profile(tmp_path: Path) -> None:
             ServerConfig.from_yaml(_profile(tmp_path, server))
 
 
+def test_the_codec_horizon_from_the_profile_zero_for_arrival_order(tmp_path: Path) -> None:
+    assert ServerConfig.from_yaml(None).codec_horizon_s == 1.0
+    assert ServerConfig.from_yaml(_profile(tmp_path, {"codec_horizon_s": 0})).codec_horizon_s == 0
+    assert ServerConfig.from_yaml(_profile(tmp_path, {"codec_horizon_s": 0.25})).codec_horizon_s == 0.25
+    with pytest.raises(ValueError, match="codec_horizon_s must be >= 0, got -1"):
+        ServerConfig.from_yaml(_profile(tmp_path, {"codec_horizon_s": -1}))
+
+
 def test_the_settings_travel_to_workers_as_json(tmp_path: Path) -> None:
     """serving.py sends the settings as JSON and reads them back with from_yaml."""
     config = ServerConfig(data_dir=str(tmp_path), voices=VoiceLimits(max_seconds=9), api_keys=("k",))

@@ -15,7 +15,7 @@ from voicewire.server.config import ServerConfig
 from voicewire.server.encoder import AudioEncoder, OutputFormat
 from voicewire.server.errors import ProtocolError
 from voicewire.server.metrics import Metrics
-from voicewire.server.session import CODEC_HORIZON_S, Context, Session, _SlowConsumer
+from voicewire.server.session import Context, Session, _SlowConsumer
 from voicewire.server.wire import FRAMES, MSGPACK, UNPACED, Codec
 
 
@@ -170,19 +170,24 @@ def test_a_slow_consumer_is_told_first_and_closed(tiny_models) -> None:
 
 def test_a_chunk_is_due_when_its_listener_runs_dry_within_the_horizon_and_a_last_chunk_now() -> None:
     """The codec threads' order (server.codec_pool): a context not yet playing is due now, a
-    playing one when its audio runs out, but never later than CODEC_HORIZON_S from now (beyond it,
-    first come first served), and a stream's last chunk now, as its client waits for `done`."""
+    playing one when its audio runs out, but never later than the horizon from now (beyond it,
+    first come first served), and a stream's last chunk now, as its client waits for `done`.
+    A horizon of 0 is the order chunks came in."""
 
     def chunk(final: bool = False) -> AudioChunk:
         empty = np.zeros((0, 16), dtype=np.int64)
         return AudioChunk(np.zeros(1920, np.float32), 0, empty, np.zeros(0, np.int64), "", 0, final=final)
 
+    horizon = ServerConfig().codec_horizon_s
+    assert horizon == 1.0
     context = Context("c", None, AudioEncoder(OutputFormat("opus", 24000)))
-    assert CODEC_HORIZON_S == 1.0
-    assert context.due(chunk(), 10.0) == 10.0  # nothing played yet
+    assert context.due(chunk(), 10.0, horizon) == 10.0  # nothing played yet
     context.player.add(10.0, 0.5)  # starts at 10.0, plays to 10.5
-    assert context.due(chunk(), 10.1) == 10.5
-    assert context.due(chunk(), 11.0) == 10.5  # dry since 10.5: ahead of anything due now
+    assert context.due(chunk(), 10.1, horizon) == 10.5
+    assert context.due(chunk(), 11.0, horizon) == 10.5  # dry since 10.5: ahead of anything due now
     context.player.add(11.0, 3.0)  # plays to 14.0
-    assert context.due(chunk(), 11.0) == 12.0  # 3 s in hand, the horizon 1 s
-    assert context.due(chunk(final=True), 11.0) == 11.0
+    assert context.due(chunk(), 11.0, horizon) == 12.0  # 3 s in hand, the horizon 1 s
+    assert context.due(chunk(), 11.0, 0.25) == 11.25
+    assert context.due(chunk(), 11.0, 0.0) == 11.0  # first come, first served
+    assert context.due(chunk(), 12.5, 0.0) == 12.5
+    assert context.due(chunk(final=True), 11.0, horizon) == 11.0
