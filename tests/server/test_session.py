@@ -2,6 +2,7 @@
 the listener's clock at the socket, and what a client that stopped reading gets."""
 
 import asyncio
+from collections.abc import Iterator
 
 import msgpack
 import numpy as np
@@ -19,14 +20,24 @@ from voicewire.server.session import Context, Session, _SlowConsumer
 from voicewire.server.wire import FRAMES, MSGPACK, UNPACED, Codec
 
 
+@pytest.fixture
+def codec_pool() -> Iterator[CodecPool]:
+    """A session's codec thread, stopped after the test (the server's lives as long as its worker)."""
+    pool = CodecPool(1)
+    yield pool
+    pool.shutdown()
+
+
 @pytest.mark.parametrize("verb", ["text", "flush", "end"])
-def test_a_context_the_engine_finished_is_closed_before_its_done(tiny_models, verb: str) -> None:
+def test_a_context_the_engine_finished_is_closed_before_its_done(
+    tiny_models, codec_pool: CodecPool, verb: str
+) -> None:
     """The engine ends a context at max_frames while the session has not yet read its last chunk
     (its pump is not running here): text, flush and end then get `context_closed`, not a crash."""
 
     async def run() -> ProtocolError:
         with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
-            session = Session(None, engine, Codec(MSGPACK), ServerConfig(), CodecPool(1), Metrics())  # type: ignore[arg-type]
+            session = Session(None, engine, Codec(MSGPACK), ServerConfig(), codec_pool, Metrics())  # type: ignore[arg-type]
             await session._handle(
                 p.Start(type="start", voice={"speaker": "vivian"}, max_frames=2, suppress_eos=True)
             )
@@ -76,7 +87,9 @@ def _histogram(metrics: Metrics, name: str) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("frames", [False, True], ids=["a send each", "frames"])
-def test_the_listener_at_the_socket_hears_the_gap_the_send_loop_made(tiny_models, frames: bool) -> None:
+def test_the_listener_at_the_socket_hears_the_gap_the_send_loop_made(
+    tiny_models, codec_pool: CodecPool, frames: bool
+) -> None:
     """Each audio message written to the socket feeds its context's player (a 200 ms start buffer):
     240 ms of audio starts it, and a packet 0.6 s later comes after the buffer ran dry at 0.24 s,
     so `socket_player_gap` gets one gap of about 0.36 s. Audio of an unknown context is not played.
@@ -85,7 +98,7 @@ def test_the_listener_at_the_socket_hears_the_gap_the_send_loop_made(tiny_models
     async def run() -> tuple[Metrics, _Socket]:
         with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
             socket, metrics = _Socket(frames), Metrics()
-            session = Session(socket, engine, Codec(MSGPACK), ServerConfig(), CodecPool(1), metrics)  # type: ignore[arg-type]
+            session = Session(socket, engine, Codec(MSGPACK), ServerConfig(), codec_pool, metrics)  # type: ignore[arg-type]
             await session._handle(
                 p.Start(type="start", voice={"speaker": "vivian"}, format={"encoding": "pcm_s16le"})
             )
@@ -138,7 +151,7 @@ class _StuckSocket:
         self.written.append(("close", code))
 
 
-def test_a_slow_consumer_is_told_first_and_closed(tiny_models) -> None:
+def test_a_slow_consumer_is_told_first_and_closed(tiny_models, codec_pool: CodecPool) -> None:
     """Cut off with audio still queued: the queue is dropped, the fatal error is written at once
     (not behind the audio the client is not reading), then the close with 1008."""
 
@@ -146,7 +159,7 @@ def test_a_slow_consumer_is_told_first_and_closed(tiny_models) -> None:
         with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
             socket, metrics = _StuckSocket(), Metrics()
             config = ServerConfig(send_queue=8)
-            session = Session(socket, engine, Codec(MSGPACK), config, CodecPool(1), metrics)  # type: ignore[arg-type]
+            session = Session(socket, engine, Codec(MSGPACK), config, codec_pool, metrics)  # type: ignore[arg-type]
             await session._handle(p.Start(type="start", voice={"speaker": "vivian"}))
             sender = asyncio.create_task(session._send_loop())
             with pytest.raises(_SlowConsumer):
