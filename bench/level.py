@@ -45,7 +45,7 @@ def default_client_processes(streams: int) -> int:
     return min(by_cpus, math.ceil(streams / STREAMS_PER_CLIENT_PROCESS))
 
 
-def _client_process(pipe: Connection, load: Load, indices: list[int]) -> None:
+def _client_process(pipe: Connection, load: Load, indices: list[int], streams: int) -> None:
     """A spawned client: says it is ready, waits for the common start time, runs its sessions and
     sends back ("done", (runs, end time, CPU seconds)) or ("error", traceback)."""
     try:
@@ -53,7 +53,7 @@ def _client_process(pipe: Connection, load: Load, indices: list[int]) -> None:
         start_at = pipe.recv()
         time.sleep(max(0.0, start_at - time.time()))
         cpu = time.process_time()
-        runs = asyncio.run(run_sessions(load, indices))
+        runs = asyncio.run(run_sessions(load, indices, streams))
         pipe.send(("done", (runs, time.time(), time.process_time() - cpu)))
     except BaseException:
         pipe.send(("error", traceback.format_exc()))
@@ -98,7 +98,7 @@ def _run_in_processes(load: Load, streams: int, processes: int) -> LevelRuns:
             pipe, child = context.Pipe()
             process = context.Process(
                 target=_client_process,
-                args=(child, load, share),
+                args=(child, load, share, streams),
                 name=f"voicewire-bench-client-{worker}",
                 daemon=True,
             )

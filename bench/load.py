@@ -43,7 +43,10 @@ class Load:
     pace (words/s, 0 = all at once), the speaker, how many sessions each stream runs back to back,
     the chunk schedule it asks for (frames of the first chunk, then of the next ones; None: the
     server's), and which sessions are cancelled after their first 0.4 s of audio: every
-    `cancel_every`-th, counting stream by stream (0: none); and the text lookahead it asks for."""
+    `cancel_every`-th, counting stream by stream (0: none); the text lookahead it asks for; and
+    how far apart each stream starts its sessions, `session_interval_s` (0: back to back, each
+    on the previous one's `done`, a closed loop; above 0, on a schedule, as callers arrive
+    whatever the server's pace: an open loop while every session ends within it)."""
 
     url: str
     frames: int
@@ -53,8 +56,13 @@ class Load:
     chunks: tuple[int, ...] | None = None
     cancel_every: int = 4
     lookahead_tokens: int = LOOKAHEAD_TOKENS
+    session_interval_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not self.session_interval_s >= 0:  # NaN too
+            raise ValueError(
+                f"session_interval_s must be 0 (back to back) or more, not {self.session_interval_s}"
+            )
         if self.lookahead_tokens < 1:
             raise ValueError(f"lookahead_tokens must be at least 1, not {self.lookahead_tokens}")
         if self.sessions_per_stream < 1:

@@ -72,6 +72,12 @@ def level_report(
         if lookahead is None
         else {"tokens": lookahead.tokens, "text_messages": lookahead.messages, "at_end": lookahead.at_end},
         "session_setup_ms": percentiles([r.setup_s * 1000 for r in runs if r.setup_s is not None]),
+        # On a schedule (--session-interval), the sessions that started late, as the stream's one
+        # before was still open (the loop closed there), and by how much.
+        "sessions_late": {
+            "count": sum(1 for r in runs if r.late_s > 0),
+            "late_ms": percentiles([r.late_s * 1000 for r in runs if r.late_s > 0]),
+        },
         "speed_x_realtime": percentiles([r.audio_s / r.done_s for r in full if r.done_s], low=True),
         "underruns": {
             "streams_with_underruns": sum(1 for u in underruns if u.count),
@@ -110,7 +116,7 @@ def markdown(report: dict) -> str:
     lines = [
         f"Device: {report['device']}; model: {report['model']}; text rate: {report['text_rate_words_per_s']} words/s; "
         f"{report['frames_per_stream']} frames per session, {report.get('sessions_per_stream', 1)} session(s) "
-        "per stream, back to back; chunks (frames): "
+        f"per stream, {_pacing(report.get('session_interval_s', 0.0))}; chunks (frames): "
         + (",".join(map(str, report["chunks"])) if report.get("chunks") else "the server's")
         + ".",
         "",
@@ -132,6 +138,14 @@ def markdown(report: dict) -> str:
             f"{level['aggregate_audio_s_per_s']} | {ended['p50']} / {ended['max']} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _pacing(interval_s: float) -> str:
+    return (
+        f"one every {interval_s} s (an open loop; sessions_late in the JSON)"
+        if interval_s > 0
+        else "back to back"
+    )
 
 
 def _pair(figures: dict, first: str, second: str) -> str:

@@ -18,7 +18,11 @@ text at an LLM-like pace (or all at once), Opus back; measured at the client:
   sessions, and each client process's CPU share, which says whether the client limited the level;
 - with `sessions_per_stream` K > 1, each of the N streams runs K sessions back to back, so N stay
   open at all times (a closed-loop load): the ramp at the level's start and the tail at its end
-  then weigh 1/K as much in the aggregate, as under a server's steady traffic;
+  then weigh 1/K as much in the aggregate, as under a server's steady traffic. In a closed loop a
+  server that ends sessions later is offered less work, so audio-s/s also measures how soon `done`
+  comes; with `session_interval_s` each stream starts a session every that many seconds instead
+  (an open loop, as callers arrive), and `sessions_late` counts those that waited for their
+  stream's one before;
 - and from the server's `/metrics` before and after the level, the engine's view of the same
   sessions (`engine`): first frame, first chunk, step and decoder-call times, and batch sizes; the
   server's way from the engine to the socket (`server`: each chunk's delivery time, and the gaps a
@@ -94,6 +98,7 @@ def bench_service(
     chunks: tuple[int, ...] | None = None,
     cancel_every: int = 4,
     client_processes: int | None = None,
+    session_interval_s: float = 0.0,
 ) -> dict:
     """`voicewire bench`: each level in turn against the server at `url`, or (None) one served in
     this process on loopback, with `model`; returns the report. `client_processes` per level
@@ -113,7 +118,16 @@ def bench_service(
         url = f"ws://127.0.0.1:{server.start()}"
         freeze_startup_heap()  # as each process of `voicewire serve` does
     try:
-        load = Load(url, frames, text_rate, first_speaker(url), sessions_per_stream, chunks, cancel_every)
+        load = Load(
+            url,
+            frames,
+            text_rate,
+            first_speaker(url),
+            sessions_per_stream,
+            chunks,
+            cancel_every,
+            session_interval_s=session_interval_s,
+        )
         results = []
         for n in levels:
             processes = client_processes or default_client_processes(n)
@@ -130,6 +144,7 @@ def bench_service(
             "frames_per_stream": frames,
             "text_rate_words_per_s": text_rate,
             "sessions_per_stream": sessions_per_stream,
+            "session_interval_s": session_interval_s,
             "chunks": list(chunks) if chunks else None,
             "cancel_every": cancel_every,
             "levels": results,

@@ -27,12 +27,14 @@ class SessionRun:
     audio_s: float = 0.0
     cancel_s: float | None = None
     ended_at: float | None = None  # time.time() at `done` or `cancelled` (one clock for all processes)
+    started_at: float | None = None  # time.time() when it connected
+    late_s: float = 0.0  # on a schedule (Load.session_interval_s): how long it waited for the one before
 
 
 async def _session(load: Load, index: int, seed: int, cancel: bool) -> SessionRun:
     run = SessionRun(stream=index, probe=cancel)
     rate = load.rate
-    connecting = time.perf_counter()
+    run.started_at, connecting = time.time(), time.perf_counter()
     async with connect(
         f"{load.url}/v1/stream", subprotocols=[Subprotocol("voicewire.v1.msgpack")], max_size=2**22
     ) as ws:
@@ -85,22 +87,36 @@ async def _session(load: Load, index: int, seed: int, cancel: bool) -> SessionRu
     return run
 
 
-async def _stream(load: Load, index: int) -> list[SessionRun]:
-    """One stream index's sessions, back to back. Session n overall (stream index × K + i) is a
-    cancel probe if n % cancel_every == cancel_every - 1, whichever process runs it: with K > 1
-    every stream runs about as much audio, so all N stay busy to the level's end."""
-    k, every = load.sessions_per_stream, load.cancel_every
+async def _stream(load: Load, index: int, streams: int, began: float) -> list[SessionRun]:
+    """One stream index's sessions, in turn. Back to back, or with `load.session_interval_s` on a
+    schedule from `began` (time.perf_counter()): session i at (index / streams + i) intervals, so
+    the streams' starts are spread evenly; one whose predecessor is still open starts at its end,
+    late. Session n overall (stream index × K + i) is a cancel probe if n % cancel_every ==
+    cancel_every - 1, whichever process runs it: with K > 1 every stream runs about as much audio,
+    so all N stay busy to the level's end."""
+    k, every, interval = load.sessions_per_stream, load.cancel_every, load.session_interval_s
     runs = []
+    free = began  # when the stream's session before ended
     for i in range(k):
         n = index * k + i
-        runs.append(await _session(load, index, n, every > 0 and n % every == every - 1))
+        late = 0.0
+        if interval > 0:
+            due = began + (index / streams + i) * interval
+            late = max(0.0, free - due)  # the one before ran past this one's start
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        run = await _session(load, index, n, every > 0 and n % every == every - 1)
+        run.late_s, free = late, time.perf_counter()
+        runs.append(run)
     return runs
 
 
-async def run_sessions(load: Load, indices: list[int]) -> list[SessionRun]:
-    """The sessions of the stream `indices`, all at once in this event loop; by stream, then in order."""
-    streams = await asyncio.gather(*(_stream(load, i) for i in indices))
-    return [run for runs in streams for run in runs]
+async def run_sessions(load: Load, indices: list[int], streams: int | None = None) -> list[SessionRun]:
+    """The sessions of the stream `indices` of a level of `streams` (None: as many as `indices`),
+    all at once in this event loop; by stream, then in order."""
+    began = time.perf_counter()
+    count = streams or len(indices)
+    runs = await asyncio.gather(*(_stream(load, i, count, began) for i in indices))
+    return [run for stream_runs in runs for run in stream_runs]
 
 
 @dataclass(frozen=True)

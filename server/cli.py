@@ -96,6 +96,8 @@ def _bench(args: argparse.Namespace) -> int:
     if args.client_processes is not None and args.client_processes < 1:
         raise ValueError("--client-processes must be at least 1")
     check_cancel_every(args.cancel_every, "--cancel-every")  # before any engine loads
+    if not args.session_interval >= 0:  # NaN too
+        raise ValueError(f"--session-interval must be 0 (back to back) or more, not {args.session_interval}")
     report = bench_service(
         levels,
         _bench_model(args),
@@ -106,6 +108,7 @@ def _bench(args: argparse.Namespace) -> int:
         chunks=args.chunks,
         cancel_every=args.cancel_every,
         client_processes=args.client_processes,
+        session_interval_s=args.session_interval,
     )
     _print_report(report, args.out)
     if args.markdown:
@@ -319,6 +322,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="sessions each stream runs back to back (default 1): with K > 1 the level keeps N sessions "
         "open at all times, as steady traffic does, and its start-up ramp and tail weigh 1/K as much",
+    )
+    service.add_argument(
+        "--session-interval",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="each stream starts a session every S seconds, its streams spread evenly over the first S "
+        "(an open loop, as callers arrive; a session whose stream's one before is still open starts at "
+        "its end and counts in sessions_late); default 0: back to back, each on the previous one's done",
     )
     service.add_argument(
         "--cancel-every",

@@ -101,3 +101,33 @@ def test_cancel_every_zero_runs_every_session_to_its_end(server: RunningServer) 
     assert len(level.runs) == 8 and not any(run.probe or run.cancel_s is not None for run in level.runs)
     assert [run.audio_s for run in level.runs] == pytest.approx([frames * 0.08] * 8, abs=0.01)
     assert level_report(4, frames, 0.0, level)["cancelled_sessions"] == 0
+
+
+def test_sessions_on_a_schedule_start_on_it_or_late_after_the_one_before(server: RunningServer) -> None:
+    """--session-interval: stream i's session j starts (i / streams + j) intervals after the level's
+    start, whatever the server's pace, or, when its stream's session before is still open, at that
+    one's end, with how late it was."""
+    streams, frames, interval = 3, 6, 1.5
+    load = Load(
+        server.url,
+        frames,
+        0.0,
+        first_speaker(server.url),
+        sessions_per_stream=2,
+        cancel_every=0,
+        session_interval_s=interval,
+    )
+    level = asyncio.run(run_level(load, streams, processes=1))
+    assert [run.stream for run in level.runs] == [0, 0, 1, 1, 2, 2]
+    for n, run in enumerate(level.runs):
+        scheduled = (run.stream / streams + n % 2) * interval
+        assert run.started_at is not None and run.done_s is not None and run.late_s >= 0
+        assert run.started_at - level.started_at == pytest.approx(scheduled + run.late_s, abs=0.3)
+    for first, second in zip(level.runs[::2], level.runs[1::2], strict=True):
+        assert first.ended_at <= second.started_at + 0.01  # never two of a stream at once
+    # A stream's first session has none before it; a second is late only after a first that ran
+    # past the second's start.
+    assert [run.late_s for run in level.runs[::2]] == [0.0] * streams
+    report = level_report(streams, frames, 0.0, level)
+    assert report["sessions_late"]["count"] == sum(run.late_s > 0 for run in level.runs[1::2])
+    assert level.wall_s >= (2 / 3 + 1) * interval  # the last session starts 2.5 s in

@@ -50,3 +50,14 @@ def test_bench_refuses_a_negative_cancel_every(caplog: pytest.LogCaptureFixture)
     # Before any connection or engine: nothing listens at that address.
     assert main(["bench", "--url", "ws://127.0.0.1:1", "--streams", "1", "--cancel-every", "-1"]) == 2
     assert "--cancel-every must be 0 (no cancels) or more" in caplog.text
+
+
+@pytest.mark.parametrize("interval", [-1.0, float("nan")])
+def test_bench_refuses_a_session_interval_below_zero(
+    interval: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(ValueError, match="session_interval_s must be 0"):
+        Load("ws://127.0.0.1:1", 4, 0.0, None, session_interval_s=interval)
+    args = ["bench", "--url", "ws://127.0.0.1:1", "--streams", "1", "--session-interval", str(interval)]
+    assert main(args) == 2
+    assert "--session-interval must be 0 (back to back) or more" in caplog.text

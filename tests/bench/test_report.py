@@ -13,6 +13,7 @@ REPORT_KEYS = {
     "first_audio_ms",
     "first_audio_from_lookahead_ms",
     "lookahead",
+    "sessions_late",
     "speed_x_realtime",
     "underruns",
     "cancel_ms",
@@ -55,6 +56,7 @@ def test_a_level_report_and_its_markdown_row() -> None:
             audio_s=0.5,
             cancel_s=0.05,
             ended_at=101.5,
+            late_s=0.25,  # on a schedule, it waited for its stream's session before
         ),
     ]
     level = LevelRuns(runs, wall_s=2.0, client_processes=2, started_at=100.0, client_cpu_s=[0.5, 1.0])
@@ -67,6 +69,10 @@ def test_a_level_report_and_its_markdown_row() -> None:
     assert report["underruns"]["streams_with_underruns"] == 1 and report["underruns"]["total_gap_s"] == 0.5
     assert report["cancelled_sessions"] == 1 and report["cancel_ms"]["p50"] == 50.0
     assert report["aggregate_audio_s_per_s"] == 0.6
+    assert report["sessions_late"] == {
+        "count": 1,
+        "late_ms": {"p50": 250.0, "p95": 250.0, "p99": 250.0, "max": 250.0},
+    }
     assert report["client_process_end_s"] == [1.0, 1.5]  # stream k ran in process k % 2
     assert report["client_cpu_share"] == [0.25, 0.5]
     assert report["sessions_per_server_process"] == [2] and report["engine"] == report["server"] == {}
