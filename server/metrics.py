@@ -37,12 +37,14 @@ SERVER_HISTOGRAMS = {
 
 
 class Metrics:
+    def _histogram(self, name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(name, documentation, buckets=buckets, registry=self.registry)
+
     def _hop(self, name: str, documentation: str) -> Histogram:
-        return Histogram(
+        return self._histogram(
             f"voicewire_chunk_{name}_seconds",
             f"{documentation}; a hop of voicewire_chunk_delivery_seconds",
-            buckets=HOP_BUCKETS,
-            registry=self.registry,
+            HOP_BUCKETS,
         )
 
     def __init__(self, engine_registry: CollectorRegistry | None = None) -> None:
@@ -69,24 +71,21 @@ class Metrics:
             registry=self.registry,
             multiprocess_mode="livesum",
         )
-        self.first_audio = Histogram(
+        self.first_audio = self._histogram(
             "voicewire_first_audio_seconds",
             "From a context's first text to its first audio message",
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            LATENCY_BUCKETS,
         )
-        self.speed = Histogram(
+        self.speed = self._histogram(
             "voicewire_realtime_factor",
             "Audio seconds made per wall second, per finished context",
-            buckets=SPEED_BUCKETS,
-            registry=self.registry,
+            SPEED_BUCKETS,
         )
-        self.chunk_delivery = Histogram(
+        self.chunk_delivery = self._histogram(
             "voicewire_chunk_delivery_seconds",
             "From a chunk leaving the engine's decoder to its audio queued for the socket: IPC, the "
             "worker's event loop and the Opus threads",
-            buckets=HOST_PATH_BUCKETS,
-            registry=self.registry,
+            HOST_PATH_BUCKETS,
         )
         # The same way in hops, which add up to it.
         self.chunk_engine_send = self._hop(
@@ -106,25 +105,22 @@ class Metrics:
         )
         # A context's first chunk again, alone: its listener waits for it, and the codec threads
         # take it ahead of the chunks of listeners with audio in hand (server.codec_pool).
-        self.first_chunk_delivery = Histogram(
+        self.first_chunk_delivery = self._histogram(
             "voicewire_first_chunk_delivery_seconds",
             "voicewire_chunk_delivery_seconds of a context's first chunk with audio",
-            buckets=HOST_PATH_BUCKETS,
-            registry=self.registry,
+            HOST_PATH_BUCKETS,
         )
-        self.first_chunk_encode = Histogram(
+        self.first_chunk_encode = self._histogram(
             "voicewire_first_chunk_encode_seconds",
             "voicewire_chunk_encode_seconds of a context's first chunk with audio",
-            buckets=HOP_BUCKETS,
-            registry=self.registry,
+            HOP_BUCKETS,
         )
-        self.socket_player_gap = Histogram(
+        self.socket_player_gap = self._histogram(
             "voicewire_socket_player_gap_seconds",
             "Gaps a player with a 200 ms start buffer would hear in a context's audio as the server "
             "writes it to the socket (the engine's player_gap, after IPC and Opus; a context waiting "
             "for its text makes them too)",
-            buckets=HOST_PATH_BUCKETS,
-            registry=self.registry,
+            HOST_PATH_BUCKETS,
         )
         self.underruns = Counter(
             "voicewire_client_underruns",
@@ -141,11 +137,10 @@ class Metrics:
             registry=self.registry,
             multiprocess_mode="livesum",
         )
-        self.slot_wait = Histogram(
+        self.slot_wait = self._histogram(
             "voicewire_slot_wait_seconds",
             "Time a context or speech request waited for an engine stream slot, whatever the outcome",
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            LATENCY_BUCKETS,
         )
         self.slot_wait_failures = Counter(
             "voicewire_slot_wait_failures",
@@ -178,11 +173,10 @@ class Metrics:
             ["code"],
             registry=self.registry,
         )
-        self.voice_compute = Histogram(
+        self.voice_compute = self._histogram(
             "voicewire_voice_compute_seconds",
             "Computing a voice from reference audio: the x-vector, and the reference codes in context",
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            LATENCY_BUCKETS,
         )
 
     def render(self) -> bytes:
