@@ -19,12 +19,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from voicewire.bench.model import BenchModel
-from voicewire.engine.config import EngineConfig
+from voicewire.engine.config import EngineConfig, GenerationOptions
 from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
 from voicewire.engine.model.sampling import Draw
 from voicewire.engine.runtime.decoder_batch import BatchedDecoder
-from voicewire.engine.runtime.frame_step import FrameStepper, GenerationOptions
+from voicewire.engine.runtime.frame_step import FrameStepper
 
 PREFILL_ROWS = 20  # a typical first prompt: voice prefix plus a few words
 

@@ -10,16 +10,47 @@ handed over without waiting on the engine.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from voicewire.engine.config import EngineConfig, StreamOptions
-from voicewire.engine.model.prompt import Voice
+from voicewire.engine.config import EngineConfig, GenerationOptions, StreamOptions
+from voicewire.engine.errors import InvalidOptions
 from voicewire.engine.runtime.handle import StreamHandle
+from voicewire.engine.voice import Voice
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from voicewire.engine.runtime.engine import EngineInfo
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What callers may know of the loaded checkpoint, in plain values (it crosses processes)."""
+
+    folder: str
+    device: str
+    variant: str  # custom_voice, voice_design or base
+    model_size: str
+    speakers: tuple[str, ...]
+    speaker_dialects: dict[str, str | bool]
+    languages: tuple[str, ...]
+    generation_config: dict[str, Any]
+    speaker_embedding_size: int  # the length of a Base checkpoint's x-vector
+    random_weights: bool = False  # the built-in tiny checkpoint: it makes noise, not words
+
+
+def generation_options(info: EngineInfo, options: StreamOptions) -> GenerationOptions:
+    """A stream's sampling settings: the checkpoint's defaults with `options` over them."""
+    try:
+        return GenerationOptions.from_generation_config(
+            info.generation_config,
+            greedy=options.greedy,
+            suppress_eos=options.suppress_eos,
+            talker=options.talker,
+            predictor=options.predictor,
+            repetition_penalty=options.repetition_penalty,
+        )
+    except ValueError as exc:
+        raise InvalidOptions(str(exc)) from exc
 
 
 class EngineClient(Protocol):

@@ -10,11 +10,70 @@ from typing import Any
 import yaml
 
 from voicewire.engine.errors import InvalidOptions
-from voicewire.engine.model.prompt import LAYOUTS
-from voicewire.engine.model.sampling import SamplingParams
 from voicewire.engine.runtime.segments import Segment, SegmentPolicy
 
 FRAME_RATE = 12.5  # codec frames a second: 1920 samples at 24 kHz
+# How a stream's text enters the talker's prompt (engine/model/prompt.py lays out each).
+LAYOUTS = ("non_streaming", "dual_track")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """One stream's sampling settings."""
+
+    do_sample: bool = True
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """One stream's decoding settings."""
+
+    talker: SamplingParams = field(default_factory=SamplingParams)
+    predictor: SamplingParams = field(default_factory=SamplingParams)
+    repetition_penalty: float = 1.05  # talker codebook 0 only
+    suppress_eos: bool = False  # force frames until a cap (benchmarks, comparisons)
+
+    @classmethod
+    def from_generation_config(
+        cls,
+        gen: dict,
+        greedy: bool = False,
+        suppress_eos: bool = False,
+        talker: SamplingParams | None = None,
+        predictor: SamplingParams | None = None,
+        repetition_penalty: float | None = None,
+    ) -> GenerationOptions:
+        """The checkpoint's generation_config.json defaults, with the given overrides."""
+        talker = talker or SamplingParams(
+            do_sample=gen.get("do_sample", True),
+            temperature=gen.get("temperature", 0.9),
+            top_k=gen.get("top_k", 50),
+            top_p=gen.get("top_p", 1.0),
+        )
+        predictor = predictor or SamplingParams(
+            do_sample=gen.get("subtalker_dosample", True),
+            temperature=gen.get("subtalker_temperature", 0.9),
+            top_k=gen.get("subtalker_top_k", 50),
+            top_p=gen.get("subtalker_top_p", 1.0),
+        )
+        if greedy:
+            talker = SamplingParams(False, talker.temperature, talker.top_k, talker.top_p)
+            predictor = SamplingParams(False, predictor.temperature, predictor.top_k, predictor.top_p)
+        penalty = gen.get("repetition_penalty", 1.05) if repetition_penalty is None else repetition_penalty
+        if penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {penalty}")
+        return cls(talker, predictor, float(penalty), suppress_eos)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from voicewire.engine.config import SamplingParams
 from voicewire.engine.kernels import fused_draw, fused_layer, fused_snake, pdl, pointwise
 from voicewire.engine.kernels.choice import Kernels, pdl_supported
 from voicewire.engine.model import codec_decoder
@@ -45,7 +46,7 @@ from voicewire.engine.model.layers import (
     rope_tables,
     scaled_init_,
 )
-from voicewire.engine.model.sampling import Draw, RowSampling, SamplingParams, sample
+from voicewire.engine.model.sampling import Draw, RowSampling, sample
 
 DEVICE = torch.device("cuda")
 DTYPE = torch.bfloat16

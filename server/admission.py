@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from voicewire.engine.api import EngineClient
 from voicewire.engine.config import StreamOptions
 from voicewire.engine.errors import EngineError, EngineFull
-from voicewire.engine.model.prompt import Voice
 from voicewire.engine.runtime.handle import StreamHandle
+from voicewire.engine.voice import Voice
 from voicewire.server.config import ServerConfig
 from voicewire.server.metrics import Metrics
 

@@ -28,7 +28,6 @@ from typing import Annotated, Any
 import numpy as np
 import soundfile as sf
 import soxr
-import torch
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -185,10 +184,8 @@ class VoiceLibrary:
             )
         voice = Voice(
             language=language if language != "auto" else stored.language,
-            xvector=torch.from_numpy(stored.xvector.copy()),
-            ref_codes=None
-            if stored.ref_codes is None
-            else torch.from_numpy(stored.ref_codes.astype(np.int64)),
+            xvector=stored.xvector,
+            ref_codes=stored.ref_codes,  # Voice takes them as int64
             ref_text=stored.ref_text,
         )
         try:
@@ -256,8 +253,8 @@ class VoiceLibrary:
             family=checkpoint_family(info),
             variant=info.variant,
             hidden_size=int(voice.xvector.shape[0]),
-            xvector=voice.xvector.detach().cpu().numpy().astype(np.float32),
-            ref_codes=None if voice.ref_codes is None else voice.ref_codes.detach().cpu().numpy(),
+            xvector=voice.xvector,
+            ref_codes=voice.ref_codes,
             ref_text=voice.ref_text,
             language=fields.language,
             duration=reference.duration,

@@ -110,8 +110,9 @@ def _snake_launches() -> list[tuple]:
 
 
 def _launches(pdl: bool) -> list[tuple]:
+    from voicewire.engine.config import SamplingParams
     from voicewire.engine.kernels import fused_draw, fused_layer
-    from voicewire.engine.model.sampling import RowSampling, SamplingParams
+    from voicewire.engine.model.sampling import RowSampling
 
     found, b = [], 2
     for dtype, vocab, hidden in (

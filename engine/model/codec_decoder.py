@@ -30,14 +30,9 @@ from torch import Tensor, nn
 
 from voicewire.engine.kernels import pointwise
 from voicewire.engine.kernels.choice import Kernels
-from voicewire.engine.model.checkpoint import (
-    CheckpointError,
-    load_into,
-    read_json,
-    read_safetensors,
-    take_prefix,
-)
+from voicewire.engine.model.checkpoint import CheckpointError, read_json
 from voicewire.engine.model.layers import MLP, LayerScale, RMSNorm, weight_parts
+from voicewire.engine.model.weights import load_into, read_safetensors, take_prefix
 
 log = logging.getLogger(__name__)
 

@@ -122,7 +122,7 @@ class StackedLinear(nn.Linear):
     """Several bias-free projections of one input as a single GEMM: fewer, larger kernels per step.
 
     `parts` maps each projection's checkpoint name to its output width, in order. Checkpoints keep
-    the projections apart; `checkpoint.checkpoint_tensors` presents this weight as those parts."""
+    the projections apart; `weights.checkpoint_tensors` presents this weight as those parts."""
 
     def __init__(self, in_features: int, parts: dict[str, int]) -> None:
         super().__init__(in_features, sum(parts.values()), bias=False)

@@ -17,10 +17,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from voicewire.engine.config import LAYOUTS
 from voicewire.engine.model.talker import Talker
 from voicewire.engine.model.text_tokenizer import TextTokenizer
+from voicewire.engine.voice import Voice
 
-LAYOUTS = ("non_streaming", "dual_track")
 VARIANTS = ("base", "custom_voice", "voice_design")
 
 
@@ -35,18 +36,6 @@ class TextIds:
     @classmethod
     def from_config(cls, config: dict) -> TextIds:
         return cls(config["tts_pad_token_id"], config["tts_bos_token_id"], config["tts_eos_token_id"])
-
-
-@dataclass
-class Voice:
-    """Who speaks and how. Which fields apply depends on the checkpoint's variant."""
-
-    speaker: str | None = None  # CustomVoice
-    language: str = "auto"
-    instruct: str | None = None  # VoiceDesign; CustomVoice on 1.7B
-    xvector: Tensor | None = None  # Base: [H] speaker embedding
-    ref_codes: Tensor | None = None  # Base in-context: [T, 16] codes of the reference audio
-    ref_text: str | None = None  # Base in-context: transcript of the reference audio
 
 
 # Entries of a prompt row besides plain ids (>= 0).
@@ -231,8 +220,9 @@ def build_voice_prompt(
         text_pad=text_ids.tts_pad,
         ref_ids=ref_ids,
         ref_frames=0 if voice.ref_codes is None else int(voice.ref_codes.shape[0]),
-        xvector=voice.xvector,
-        ref_codes=voice.ref_codes,
+        # Copies (a few KB): the voice's arrays may be read-only views of a stored voice's bytes.
+        xvector=None if voice.xvector is None else torch.tensor(voice.xvector),
+        ref_codes=None if voice.ref_codes is None else torch.tensor(voice.ref_codes),
     )
 
 

@@ -19,10 +19,12 @@ from voicewire.engine.model import (
     speaker_encoder,
     talker,
     text_tokenizer,
+    weights,
 )
 from voicewire.engine.model.checkpoint import CheckpointError
-from voicewire.engine.model.prompt import TextIds, Voice
+from voicewire.engine.model.prompt import TextIds
 from voicewire.engine.model.random_checkpoint import builtin_tiny_checkpoint
+from voicewire.engine.voice import Voice
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class Qwen3TTS:
                 "base, custom_voice, voice_design"
             )
         self.text_ids = TextIds.from_config(self.config)
-        tensors = checkpoint.read_safetensors(folder / "model.safetensors")
+        tensors = weights.read_safetensors(folder / "model.safetensors")
         parts = ("talker.", "speaker_encoder.") if self.variant == "base" else ("talker.",)
         stray = sorted(name for name in tensors if not name.startswith(parts))
         if stray:
@@ -82,8 +84,8 @@ class Qwen3TTS:
         folder = builtin_tiny_checkpoint() if str(model) == "tiny" else checkpoint.resolve_model_dir(model)
         return cls(
             folder,
-            checkpoint.parse_device(device),
-            checkpoint.parse_dtype(dtype),
+            weights.parse_device(device),
+            weights.parse_dtype(dtype),
             is_builtin_tiny=str(model) == "tiny",
         )
 
@@ -116,8 +118,8 @@ class Qwen3TTS:
         """Resolve a voice's fields; reference audio becomes an x-vector (and codes, with ref_text)."""
         xvector = ref_codes = None
         if speaker_embedding is not None:
-            xvector = torch.as_tensor(np.asarray(speaker_embedding, dtype=np.float32)).reshape(-1)
-            if not torch.isfinite(xvector).all():
+            xvector = np.asarray(speaker_embedding, dtype=np.float32).reshape(-1)
+            if not np.isfinite(xvector).all():
                 raise ValueError("speaker embedding holds non-finite values")
         if ref_audio is not None:
             if self.speaker_encoder is None or self.codec_encoder is None:
@@ -125,10 +127,10 @@ class Qwen3TTS:
             if xvector is not None:
                 raise ValueError("give reference audio or a speaker embedding, not both")
             wav = speaker_encoder.prepare_reference_audio(*ref_audio)
-            xvector = speaker_encoder.extract_xvector(self.speaker_encoder, wav)
+            xvector = speaker_encoder.extract_xvector(self.speaker_encoder, wav).cpu().numpy()
             if ref_text:
                 audio = torch.as_tensor(wav, device=self.device, dtype=self.dtype)[None]
-                ref_codes = self.codec_encoder.encode(audio)[0]
+                ref_codes = self.codec_encoder.encode(audio)[0].cpu().numpy()
         elif ref_text:
             raise ValueError("ref_text needs ref_audio: in-context cloning uses the reference audio's codes")
         return Voice(

@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from voicewire.engine.model.checkpoint import checkpoint_tensors, save_tensors, write_json
+from voicewire.engine.model.checkpoint import write_json
+from voicewire.engine.model.weights import checkpoint_tensors, save_tensors
 
 log = logging.getLogger(__name__)
 

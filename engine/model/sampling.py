@@ -22,26 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from voicewire.engine.config import SamplingParams
 from voicewire.engine.kernels import pointwise
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """One stream's sampling settings."""
-
-    do_sample: bool = True
-    temperature: float = 0.9
-    top_k: int = 50
-    top_p: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-
 
 TOP_K_CAP = 64  # a draw among at most this many ids skips sorting the whole vocabulary
 

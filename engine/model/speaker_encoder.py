@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from voicewire.engine.model import checkpoint
+from voicewire.engine.model import checkpoint, weights
 from voicewire.engine.model.mel import SAMPLE_RATE, log_mel
 
 
@@ -200,7 +200,7 @@ def load_speaker_encoder(
 ) -> SpeakerEncoder:
     model_dir = Path(model_dir)
     config = checkpoint.read_json(model_dir / "config.json")
-    tensors = checkpoint.read_safetensors(model_dir / "model.safetensors")
+    tensors = weights.read_safetensors(model_dir / "model.safetensors")
     return load_speaker_encoder_from(config, tensors, torch.device(device), dtype, where=model_dir)
 
 
@@ -213,5 +213,5 @@ def load_speaker_encoder_from(
         )
     encoder = SpeakerEncoder(SpeakerEncoderConfig.from_dict(config["speaker_encoder_config"]))
     where_tensors = f"{where / 'model.safetensors'} (speaker_encoder.)"
-    checkpoint.load_into(encoder, checkpoint.take_prefix(tensors, "speaker_encoder"), where_tensors)
+    weights.load_into(encoder, weights.take_prefix(tensors, "speaker_encoder"), where_tensors)
     return encoder.to(device=device, dtype=dtype).eval()

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from voicewire.engine.kernels import pointwise
 from voicewire.engine.kernels.choice import Kernels
-from voicewire.engine.model import checkpoint
+from voicewire.engine.model import checkpoint, weights
 from voicewire.engine.model.code_predictor import CodePredictor, CodePredictorConfig
 from voicewire.engine.model.layers import DecoderConfig, DecoderStack, scaled_init_
 
@@ -115,7 +115,7 @@ def random_init_(talker: Talker, gen: torch.Generator) -> None:
 def load_talker(model_dir: str | Path, device: torch.device | str, dtype: torch.dtype) -> Talker:
     model_dir = Path(model_dir)
     config = checkpoint.read_json(model_dir / "config.json")
-    tensors = checkpoint.read_safetensors(model_dir / "model.safetensors")
+    tensors = weights.read_safetensors(model_dir / "model.safetensors")
     return load_talker_from(config, tensors, torch.device(device), dtype, where=model_dir)
 
 
@@ -131,7 +131,7 @@ def load_talker_from(
     with torch.device("meta"):
         talker = Talker(cfg)
     talker = talker.to_empty(device=device).to(dtype)
-    checkpoint.load_into(
-        talker, checkpoint.take_prefix(tensors, "talker"), f"{where / 'model.safetensors'} (talker.)"
+    weights.load_into(
+        talker, weights.take_prefix(tensors, "talker"), f"{where / 'model.safetensors'} (talker.)"
     )
     return talker.eval()

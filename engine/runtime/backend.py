@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from torch import Tensor
 
-from voicewire.engine.config import EngineConfig
+from voicewire.engine.config import EngineConfig, GenerationOptions
 from voicewire.engine.errors import EngineError
-from voicewire.engine.runtime.frame_step import GenerationOptions
 from voicewire.engine.runtime.segments import TrackEntry
 from voicewire.engine.runtime.stream import Stream
 

@@ -17,28 +17,28 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine.api import EngineInfo, generation_options
+from voicewire.engine.config import EngineConfig, GenerationOptions, StreamOptions
 from voicewire.engine.errors import InvalidOptions, InvalidVoice
 from voicewire.engine.kernels.choice import Kernels
-from voicewire.engine.model.prompt import Voice, check_voice, supported_languages
+from voicewire.engine.model.prompt import check_voice, supported_languages
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
 from voicewire.engine.model.random_checkpoint import TINY_WARNING
 from voicewire.engine.runtime.backend import TalkerBackend
 from voicewire.engine.runtime.cpu_threads import use_cpu_threads
 from voicewire.engine.runtime.decode_stage import DecoderStage
-from voicewire.engine.runtime.frame_step import GenerationOptions
 from voicewire.engine.runtime.gc_pauses import GcPauses
 from voicewire.engine.runtime.handle import StreamHandle, caller_loop
 from voicewire.engine.runtime.metrics import EngineMetrics
 from voicewire.engine.runtime.scheduler import Scheduler
 from voicewire.engine.runtime.stream import SAMPLE_RATE, AudioChunk, Stream, StreamListener, StreamResult
 from voicewire.engine.runtime.voices import VoiceCache, voice_key
+from voicewire.engine.voice import Voice
 
 log = logging.getLogger(__name__)
 
@@ -52,51 +52,21 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 LIVE_SETTINGS = ("chunks", "urgent_chunks", "prefill_wait")
 
 
-@dataclass(frozen=True)
-class EngineInfo:
-    """What callers may know of the loaded checkpoint, in plain values (it crosses processes)."""
-
-    folder: str
-    device: str
-    variant: str  # custom_voice, voice_design or base
-    model_size: str
-    speakers: tuple[str, ...]
-    speaker_dialects: dict[str, str | bool]
-    languages: tuple[str, ...]
-    generation_config: dict[str, Any]
-    speaker_embedding_size: int  # the length of a Base checkpoint's x-vector
-    random_weights: bool = False  # the built-in tiny checkpoint: it makes noise, not words
-
-    @classmethod
-    def of(cls, model: Qwen3TTS) -> EngineInfo:
-        cfg = model.talker.cfg
-        return cls(
-            folder=str(model.folder),
-            device=str(model.device),
-            variant=model.variant,
-            model_size=model.model_size,
-            speakers=tuple(sorted(cfg.speakers)),
-            speaker_dialects=dict(cfg.speaker_dialects),
-            languages=tuple(supported_languages(model.talker)),
-            generation_config=dict(model.generation_config),
-            speaker_embedding_size=cfg.decoder.hidden_size,
-            random_weights=model.is_builtin_tiny,
-        )
-
-
-def generation_options(info: EngineInfo, options: StreamOptions) -> GenerationOptions:
-    """A stream's sampling settings: the checkpoint's defaults with `options` over them."""
-    try:
-        return GenerationOptions.from_generation_config(
-            info.generation_config,
-            greedy=options.greedy,
-            suppress_eos=options.suppress_eos,
-            talker=options.talker,
-            predictor=options.predictor,
-            repetition_penalty=options.repetition_penalty,
-        )
-    except ValueError as exc:
-        raise InvalidOptions(str(exc)) from exc
+def engine_info(model: Qwen3TTS) -> EngineInfo:
+    """The loaded checkpoint, as the contract's callers see it."""
+    cfg = model.talker.cfg
+    return EngineInfo(
+        folder=str(model.folder),
+        device=str(model.device),
+        variant=model.variant,
+        model_size=model.model_size,
+        speakers=tuple(sorted(cfg.speakers)),
+        speaker_dialects=dict(cfg.speaker_dialects),
+        languages=tuple(supported_languages(model.talker)),
+        generation_config=dict(model.generation_config),
+        speaker_embedding_size=cfg.decoder.hidden_size,
+        random_weights=model.is_builtin_tiny,
+    )
 
 
 class Engine:
@@ -105,7 +75,7 @@ class Engine:
     def __init__(self, model: Qwen3TTS, config: EngineConfig | None = None) -> None:
         self.model = model
         self.config = config or EngineConfig()
-        self.info = EngineInfo.of(model)
+        self.info = engine_info(model)
         use_cpu_threads(model.device, self.config.cpu_threads)
         # Decided once, here, and held by the model's parts before any graph is captured.
         self.kernels = Kernels.resolve(self.config, model.device)

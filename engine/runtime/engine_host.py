@@ -26,7 +26,6 @@ from typing import Any
 from voicewire.engine.config import EngineConfig
 from voicewire.engine.errors import EngineError, StreamClosed, StreamFailed
 from voicewire.engine.model.checkpoint import CheckpointError
-from voicewire.engine.model.prompt import Voice
 from voicewire.engine.runtime import engine_wire as wire
 from voicewire.engine.runtime.engine import Engine
 from voicewire.engine.runtime.gc_pauses import freeze_startup_heap
@@ -38,15 +37,6 @@ log = logging.getLogger(__name__)
 VOICE_THREADS = 2  # voices made at once in the engine process (x-vectors, reference codes)
 # A checkpoint that is not there, a bad setting: raised again in the server, as in one process.
 SETTINGS_ERRORS = (CheckpointError, ValueError, FileNotFoundError)
-
-
-def _on_cpu(voice: Voice) -> Voice:
-    """The voice with its tensors in host memory: a device tensor would make the parent open CUDA."""
-    return dataclasses.replace(
-        voice,
-        xvector=None if voice.xvector is None else voice.xvector.cpu(),
-        ref_codes=None if voice.ref_codes is None else voice.ref_codes.cpu(),
-    )
 
 
 class _Forward:
@@ -207,7 +197,7 @@ class _Client:
     def _call(self, call: wire.Call) -> wire.Reply:
         try:
             if call.method == "voice":
-                value: Any = _on_cpu(self.engine.make_voice(call.kwargs))
+                value: Any = self.engine.make_voice(call.kwargs)
             elif call.method == "check_voice":
                 self.engine.validate_voice(*call.args)
                 value = None

@@ -54,17 +54,16 @@ from multiprocessing.connection import Client, Connection
 from types import FrameType
 from typing import Any
 
+from voicewire.engine.api import generation_options
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.errors import EngineFull, StreamFailed
-from voicewire.engine.model.prompt import Voice
 from voicewire.engine.model.text_tokenizer import TextTokenizer
-from voicewire.engine.runtime import engine_host
 from voicewire.engine.runtime import engine_wire as wire
-from voicewire.engine.runtime.engine import generation_options
 from voicewire.engine.runtime.handle import StreamHandle, caller_loop
 from voicewire.engine.runtime.stream import Mark, StreamResult
 from voicewire.engine.runtime.text_stream import IncrementalTokenizer, PackedTokens
 from voicewire.engine.runtime.voices import VoiceCache
+from voicewire.engine.voice import Voice
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +240,16 @@ class RestartPolicy:
     window_s: float = 300.0
 
 
+def _engine_main(
+    config: EngineConfig, address: str, authkey: bytes, owner: Connection, log_level: int
+) -> None:
+    """The engine process's entry. engine_host, the engine's side, is imported there and not here:
+    it loads PyTorch, which neither the server that spawns it nor its workers need."""
+    from voicewire.engine.runtime import engine_host
+
+    engine_host.child_main(config, address, authkey, owner, log_level)
+
+
 def _spawn(
     config: EngineConfig, address: str, authkey: bytes, timeout_s: float
 ) -> tuple[multiprocessing.process.BaseProcess, Connection]:
@@ -249,7 +258,7 @@ def _spawn(
     control, child_control = context.Pipe()
     level = logging.getLogger().getEffectiveLevel()
     process = context.Process(
-        target=engine_host.child_main,
+        target=_engine_main,
         args=(config, address, authkey, child_control, level),
         name="voicewire-engine",
         daemon=False,  # the vllm backend starts processes of its own

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from voicewire.engine.api import EngineInfo
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.errors import EngineError
-from voicewire.engine.model.prompt import Voice
 from voicewire.engine.model.text_tokenizer import TextTokenizer
-from voicewire.engine.runtime.engine import EngineInfo
 from voicewire.engine.runtime.stream import AudioChunk, Mark, StreamResult
 from voicewire.engine.runtime.text_stream import PackedTokens
+from voicewire.engine.voice import Voice
 
 
 def pack(message: object) -> bytes:

@@ -27,17 +27,16 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from voicewire.engine.config import GenerationOptions
 from voicewire.engine.kernels import cuda_graphs, pointwise
 from voicewire.engine.model.sampling import (
     Draw,
     RowSampling,
-    SamplingParams,
     apply_repetition_penalty,
     mask_ids,
     resolve_seed,
@@ -60,51 +59,6 @@ PREFILL_KV_ROWS = 8192  # slots x span one prefill call copies out and back (mem
 # Page-locked step inputs kept in turn: with pipelined steps the host writes step k+1's inputs
 # before step k's copy in has run, and a staging buffer is reused only once its copy has.
 INPUT_STAGING = 4
-
-
-@dataclass(frozen=True)
-class GenerationOptions:
-    """One stream's decoding settings."""
-
-    talker: SamplingParams = field(default_factory=SamplingParams)
-    predictor: SamplingParams = field(default_factory=SamplingParams)
-    repetition_penalty: float = 1.05  # talker codebook 0 only
-    suppress_eos: bool = False  # force frames until a cap (benchmarks, comparisons)
-
-    @classmethod
-    def from_generation_config(
-        cls,
-        gen: dict,
-        greedy: bool = False,
-        suppress_eos: bool = False,
-        talker: SamplingParams | None = None,
-        predictor: SamplingParams | None = None,
-        repetition_penalty: float | None = None,
-    ) -> GenerationOptions:
-        """The checkpoint's generation_config.json defaults, with the given overrides."""
-        talker = talker or SamplingParams(
-            do_sample=gen.get("do_sample", True),
-            temperature=gen.get("temperature", 0.9),
-            top_k=gen.get("top_k", 50),
-            top_p=gen.get("top_p", 1.0),
-        )
-        predictor = predictor or SamplingParams(
-            do_sample=gen.get("subtalker_dosample", True),
-            temperature=gen.get("subtalker_temperature", 0.9),
-            top_k=gen.get("subtalker_top_k", 50),
-            top_p=gen.get("subtalker_top_p", 1.0),
-        )
-        if greedy:
-            talker = SamplingParams(False, talker.temperature, talker.top_k, talker.top_p)
-            predictor = SamplingParams(False, predictor.temperature, predictor.top_k, predictor.top_p)
-        penalty = gen.get("repetition_penalty", 1.05) if repetition_penalty is None else repetition_penalty
-        if penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {penalty}")
-        return cls(talker, predictor, float(penalty), suppress_eos)
-
-    @property
-    def draw(self) -> Draw:
-        return Draw.needed((self.talker, self.predictor))
 
 
 def banned_ids(cfg: TalkerConfig, device: torch.device | str) -> tuple[Tensor, Tensor]:
@@ -236,7 +190,7 @@ class FrameStepper:
         the host and written, for every slot staged since, by the next prefill or step: writing
         each setting at once would be a scalar write, which waits for the step in flight."""
         self._staged[slot] = (options, resolve_seed(seed))
-        self.draws[slot] = options.draw
+        self.draws[slot] = Draw.needed((options.talker, options.predictor))
 
     def apply_settings(self) -> None:
         """Write the staged slot settings to the device: one copy in for all of them, no sync."""

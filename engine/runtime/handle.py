@@ -13,8 +13,8 @@ from typing import Protocol
 
 from voicewire.engine.config import StreamOptions
 from voicewire.engine.errors import InvalidText
-from voicewire.engine.model.prompt import Voice
 from voicewire.engine.runtime.stream import AudioChunk, StreamResult, check_open
+from voicewire.engine.voice import Voice
 
 
 class StreamControl(Protocol):

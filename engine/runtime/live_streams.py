@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from voicewire.engine.config import GenerationOptions
 from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
 from voicewire.engine.model.prompt import VoicePrompt, build_voice_prompt
 from voicewire.engine.model.qwen3_tts import ModelParts
 from voicewire.engine.model.sampling import resolve_seed
 from voicewire.engine.runtime.backend import FrameSink
-from voicewire.engine.runtime.frame_step import GenerationOptions
 from voicewire.engine.runtime.segments import SegmentPolicy, SegmentQueue
 from voicewire.engine.runtime.stream import Mark, Stream
 from voicewire.engine.runtime.text_stream import TextToken
@@ -156,7 +156,7 @@ class LiveStreams(Generic[L]):
             self.release(live, "error", self.failure(live, exc))
             return False
         live.segments.ref_ids = live.voice.ref_ids
-        self.sink.open(live.stream, live.stream.voice.ref_codes)
+        self.sink.open(live.stream, live.voice.ref_codes)
         return True
 
     def drain(self, live: L) -> bool:

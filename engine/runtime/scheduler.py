@@ -23,13 +23,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from voicewire.engine.config import EngineConfig
+from voicewire.engine.config import EngineConfig, GenerationOptions
 from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.model.prompt import Rows, embed_rows, segment_can_start, segment_rows
 from voicewire.engine.model.qwen3_tts import ModelParts
 from voicewire.engine.runtime.backend import FrameSink
 from voicewire.engine.runtime.decode_stage import TALKER_PRIORITY
-from voicewire.engine.runtime.frame_step import MIN_FRAMES, FrameStepper, GenerationOptions
+from voicewire.engine.runtime.frame_step import MIN_FRAMES, FrameStepper
 from voicewire.engine.runtime.live_streams import LiveStream, LiveStreams
 from voicewire.engine.runtime.metrics import EngineMetrics
 from voicewire.engine.runtime.segments import Segment, TrackEntry

@@ -21,9 +21,9 @@ import numpy as np
 
 from voicewire.engine.config import StreamOptions
 from voicewire.engine.errors import EngineError, StreamClosed
-from voicewire.engine.model.prompt import Voice
 from voicewire.engine.model.text_tokenizer import TextTokenizer
 from voicewire.engine.runtime.text_stream import IncrementalTokenizer, TextToken
+from voicewire.engine.voice import Voice
 
 SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 1920

@@ -12,14 +12,13 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine.config import EngineConfig, GenerationOptions, StreamOptions
 from voicewire.engine.errors import EngineError
 from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model.prompt import build_prompt
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
 from voicewire.engine.model.random_checkpoint import TINY_WARNING
 from voicewire.engine.runtime.cpu_threads import use_cpu_threads
-from voicewire.engine.runtime.frame_step import GenerationOptions
 from voicewire.engine.runtime.scheduler import Scheduler
 from voicewire.engine.runtime.segments import SegmentPolicy, TrackEntry
 from voicewire.engine.runtime.stream import SAMPLE_RATE, Stream
@@ -107,7 +106,7 @@ def synthesize(model: Qwen3TTS, request: SynthesisRequest) -> SynthesisResult:
     if voice.ref_codes is not None:
         # The official decode runs over reference + new codes and cuts the reference part;
         # warming the causal decoder on the reference codes gives the same samples.
-        model.decoder.decode_step(voice.ref_codes[None].to(model.device), state)
+        model.decoder.decode_step(torch.tensor(voice.ref_codes)[None].to(model.device), state)
     audio = (
         model.decoder.decode_step(codes[None].to(model.device), state)[0] if len(codes) else torch.zeros(0)
     )

@@ -13,9 +13,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import numpy as np
-import torch
 
-from voicewire.engine.model.prompt import Voice
+from voicewire.engine.voice import Voice
 
 MAX_KEPT_VOICES = 256
 
@@ -30,7 +29,7 @@ def voice_key(fields: Mapping[str, Any]) -> str:
 
 
 def _feed(digest: Any, value: object) -> None:
-    if isinstance(value, torch.Tensor):
+    if hasattr(value, "detach"):  # a PyTorch tensor, maybe on a device (duck-typed: no torch here)
         value = value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
         digest.update(f"array:{value.dtype.str}:{value.shape};".encode())

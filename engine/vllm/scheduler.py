@@ -40,12 +40,12 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.output_processor import RequestOutputCollector
 
-from voicewire.engine.config import EngineConfig
+from voicewire.engine.config import EngineConfig, GenerationOptions
 from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.model.prompt import segment_can_start, segment_rows
 from voicewire.engine.model.qwen3_tts import ModelParts
 from voicewire.engine.runtime.backend import FrameSink
-from voicewire.engine.runtime.frame_step import MIN_FRAMES, GenerationOptions
+from voicewire.engine.runtime.frame_step import MIN_FRAMES
 from voicewire.engine.runtime.live_streams import LiveStream, LiveStreams
 from voicewire.engine.runtime.segments import Segment, TrackEntry
 from voicewire.engine.runtime.stream import Stream

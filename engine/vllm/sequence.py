@@ -21,10 +21,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from voicewire.engine.config import GenerationOptions, SamplingParams
 from voicewire.engine.model.prompt import Rows, embed_rows
-from voicewire.engine.model.sampling import Draw, RowSampling, SamplingParams
+from voicewire.engine.model.sampling import Draw, RowSampling
 from voicewire.engine.model.talker import Talker
-from voicewire.engine.runtime.frame_step import MIN_FRAMES, GenerationOptions, banned_ids, choose_code0
+from voicewire.engine.runtime.frame_step import MIN_FRAMES, banned_ids, choose_code0
 
 EXTRA_KEY = "voicewire"
 # What one sampled position returns (the pooler output): [frame index, kind, 16 codes].

@@ -18,8 +18,8 @@ from vllm.config import VllmConfig
 from vllm.model_executor.models.qwen3 import Qwen3Model
 from vllm.model_executor.models.utils import maybe_prefix
 
-from voicewire.engine.model import checkpoint
 from voicewire.engine.model.talker import Talker, TalkerConfig
+from voicewire.engine.model.weights import load_into
 
 
 class VllmTalker(nn.Module):
@@ -71,6 +71,6 @@ class VllmTalker(nn.Module):
                 ours[name] = tensor
 
         loaded = {f"model.{name}" for name in self.model.load_weights(decoder_weights())}
-        checkpoint.load_into(self.parts, ours, "model.safetensors (talker., outside the decoder layers)")
+        load_into(self.parts, ours, "model.safetensors (talker., outside the decoder layers)")
         loaded.update(f"parts.{name}" for name, _ in self.parts.named_parameters())
         return loaded

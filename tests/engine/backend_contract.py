@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import Tensor
 
-from voicewire.engine.config import EngineConfig, StreamOptions
+from voicewire.engine.config import EngineConfig, GenerationOptions, StreamOptions
 from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
-from voicewire.engine.model.prompt import Voice
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
 from voicewire.engine.runtime.backend import TalkerBackend
-from voicewire.engine.runtime.frame_step import GenerationOptions
 from voicewire.engine.runtime.segments import SegmentPolicy, TrackEntry
 from voicewire.engine.runtime.stream import Stream
+from voicewire.engine.voice import Voice
 
 MAX_STREAMS = 3
 KV_LENGTH = 128

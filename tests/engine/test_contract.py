@@ -12,9 +12,9 @@ from tests.engine.streaming import collect, feed, speak
 from voicewire.engine import EngineClient, StreamHandle
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.errors import EngineFull, InvalidOptions, InvalidText, InvalidVoice, StreamClosed
-from voicewire.engine.model.prompt import Voice
 from voicewire.engine.runtime.engine import Engine
 from voicewire.engine.runtime.engine_process import EngineProcess
+from voicewire.engine.voice import Voice
 
 TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun."
 GREEDY = StreamOptions(greedy=True, max_frames=30, suppress_eos=True)

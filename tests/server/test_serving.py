@@ -243,6 +243,10 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
                 assert groups["talker"] > 0.1 and groups["decoder"] > 0.05, groups
         # 6 sessions of 6 frames are little Opus, and a worker may have taken none: its threads are there.
         assert any("codec" in groups for (role, _), groups in by_process.items() if role == "server")
+        # PyTorch is the engine process's alone: neither `serve`, which spawned it (and with one
+        # worker serves the sockets itself), nor a worker that served sessions loaded it.
+        assert _loads_torch(int(engine))
+        assert not any(_loads_torch(pid) for pid in {process.pid, *servers})
         # The gauges, summed over the workers, come back to 0 once every session has closed (a
         # worker may still be closing its last one when the clients are done).
         deadline = time.monotonic() + 20
@@ -286,6 +290,11 @@ def _worker_pids(process: subprocess.Popen, tmp_path: Path) -> list[int]:
         for pid in (task / "children").read_text().split()
     ]
     return [pid for pid in children if pid != engine and b"spawn_main" in _cmdline(pid)]
+
+
+def _loads_torch(pid: int) -> bool:
+    """Whether a process has PyTorch's library mapped (it stays mapped once imported)."""
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
 
 
 def _cmdline(pid: int) -> bytes:

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from voicewire.engine.config import EngineConfig
+from voicewire.engine.config import EngineConfig, SamplingParams
 from voicewire.engine.kernels import choice as kernels
 from voicewire.engine.kernels import fused_draw, pointwise
 from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model import code_predictor
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
-from voicewire.engine.model.sampling import Draw, RowSampling, SamplingParams
+from voicewire.engine.model.sampling import Draw, RowSampling
 from voicewire.engine.runtime.engine import Engine
 
 ENGINE = Path(kernels.__file__).resolve().parents[1]

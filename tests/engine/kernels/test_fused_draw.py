@@ -5,8 +5,9 @@ one, in Triton's interpreter on CPU tensors (see conftest)."""
 import pytest
 import torch
 
+from voicewire.engine.config import SamplingParams
 from voicewire.engine.kernels import fused_draw
-from voicewire.engine.model.sampling import TOP_K_CAP, Draw, RowSampling, SamplingParams, sample
+from voicewire.engine.model.sampling import TOP_K_CAP, Draw, RowSampling, sample
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

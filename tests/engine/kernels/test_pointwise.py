@@ -5,10 +5,11 @@ else written."""
 import pytest
 import torch
 
+from voicewire.engine.config import SamplingParams
 from voicewire.engine.kernels import pointwise
 from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model import layers
-from voicewire.engine.model.sampling import Draw, RowSampling, SamplingParams, sample
+from voicewire.engine.model.sampling import Draw, RowSampling, sample
 from voicewire.engine.runtime.frame_step import choose_code0
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # inductor touches torch.jit

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from tests.engine.model.test_text_tokenizer import SPECIAL_TEXTS, TEXTS, as_tokenizer_json
-from voicewire.engine.model import checkpoint
+from voicewire.engine.model import checkpoint, weights
 from voicewire.engine.model.checkpoint import CheckpointError
 from voicewire.engine.model.layers import DecoderConfig, DecoderLayer
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
@@ -25,7 +25,7 @@ def _weights() -> dict[str, torch.Tensor]:
 
 def test_load_into_copies_every_tensor() -> None:
     module, tensors = _Small(), _weights()
-    checkpoint.load_into(module, tensors, "test.safetensors")
+    weights.load_into(module, tensors, "test.safetensors")
     for name, value in module.state_dict().items():
         assert torch.equal(value, tensors[name])
 
@@ -36,7 +36,7 @@ def test_load_into_names_missing_unexpected_and_misshaped() -> None:
     tensors["proj.extra"] = torch.zeros(2)
     tensors["proj.weight"] = torch.zeros(3, 5)
     with pytest.raises(CheckpointError) as info:
-        checkpoint.load_into(_Small(), tensors, "model.safetensors (talker.)")
+        weights.load_into(_Small(), tensors, "model.safetensors (talker.)")
     message = str(info.value)
     assert "model.safetensors (talker.)" in message
     assert "missing 1 tensor(s): norm.bias" in message
@@ -46,19 +46,19 @@ def test_load_into_names_missing_unexpected_and_misshaped() -> None:
 
 def test_take_prefix_strips_and_filters() -> None:
     tensors = {"talker.a": torch.zeros(1), "talker.b.c": torch.ones(1), "speaker_encoder.a": torch.zeros(1)}
-    assert sorted(checkpoint.take_prefix(tensors, "talker")) == ["a", "b.c"]
+    assert sorted(weights.take_prefix(tensors, "talker")) == ["a", "b.c"]
 
 
 def test_safetensors_round_trip_and_corrupt_file(tmp_path: Path) -> None:
     tensors = _weights()
-    checkpoint.save_tensors(tmp_path / "w.safetensors", tensors)
-    back = checkpoint.read_safetensors(tmp_path / "w.safetensors")
+    weights.save_tensors(tmp_path / "w.safetensors", tensors)
+    back = weights.read_safetensors(tmp_path / "w.safetensors")
     assert all(torch.equal(back[k], tensors[k]) for k in tensors)
     (tmp_path / "bad.safetensors").write_bytes(b"\x00" * 16)
     with pytest.raises(CheckpointError, match="cannot read"):
-        checkpoint.read_safetensors(tmp_path / "bad.safetensors")
+        weights.read_safetensors(tmp_path / "bad.safetensors")
     with pytest.raises(CheckpointError, match="missing weights file"):
-        checkpoint.read_safetensors(tmp_path / "absent.safetensors")
+        weights.read_safetensors(tmp_path / "absent.safetensors")
 
 
 def test_folder_missing_files_is_named(tmp_path: Path) -> None:
@@ -123,12 +123,12 @@ def test_not_a_folder_nor_repo_id() -> None:
 
 
 def test_dtype_and_device_parsing() -> None:
-    assert checkpoint.parse_dtype("bfloat16") is torch.bfloat16
+    assert weights.parse_dtype("bfloat16") is torch.bfloat16
     with pytest.raises(ValueError, match="allowed: float32, bfloat16, float16"):
-        checkpoint.parse_dtype("int8")
-    assert checkpoint.parse_device("cpu").type == "cpu"
+        weights.parse_dtype("int8")
+    assert weights.parse_device("cpu").type == "cpu"
     with pytest.raises(ValueError, match="allowed: cpu, cuda"):
-        checkpoint.parse_device("mps")
+        weights.parse_device("mps")
 
 
 def test_stacked_projections_load_from_and_save_as_separate_tensors() -> None:
@@ -137,7 +137,7 @@ def test_stacked_projections_load_from_and_save_as_separate_tensors() -> None:
         rms_norm_eps=1e-6, rope_theta=10000.0,
     )  # fmt: skip
     layer = DecoderLayer(cfg)
-    names = checkpoint.checkpoint_tensors(layer)
+    names = weights.checkpoint_tensors(layer)
     assert {n: tuple(t.shape) for n, t in names.items() if "proj" in n} == {
         "self_attn.q_proj.weight": (8, 8),
         "self_attn.k_proj.weight": (4, 8),
@@ -148,7 +148,7 @@ def test_stacked_projections_load_from_and_save_as_separate_tensors() -> None:
         "mlp.down_proj.weight": (8, 12),
     }
     tensors = {n: torch.randn(t.shape) for n, t in names.items()}
-    checkpoint.load_into(layer, tensors, "layer.safetensors")
+    weights.load_into(layer, tensors, "layer.safetensors")
     # One GEMM gives each projection's own output, and the parts read back as loaded.
     x = torch.randn(3, 8)
     outputs = layer.self_attn.qkv_proj.split(layer.self_attn.qkv_proj(x))
@@ -156,5 +156,5 @@ def test_stacked_projections_load_from_and_save_as_separate_tensors() -> None:
     for out, name in zip(outputs, ("q", "k", "v", "gate", "up"), strict=True):
         part = f"self_attn.{name}_proj.weight" if len(name) == 1 else f"mlp.{name}_proj.weight"
         torch.testing.assert_close(out, x @ tensors[part].T)
-    saved = checkpoint.checkpoint_tensors(layer)
+    saved = weights.checkpoint_tensors(layer)
     assert all(torch.equal(saved[n], tensors[n]) for n in tensors)

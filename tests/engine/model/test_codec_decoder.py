@@ -6,14 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from voicewire.engine.model.checkpoint import (
-    CheckpointError,
-    checkpoint_tensors,
-    read_safetensors,
-    save_tensors,
-    take_prefix,
-    write_json,
-)
+from voicewire.engine.model.checkpoint import CheckpointError, write_json
 from voicewire.engine.model.codec_decoder import (
     CodecDecoder,
     CodecDecoderConfig,
@@ -21,6 +14,7 @@ from voicewire.engine.model.codec_decoder import (
     random_init_,
 )
 from voicewire.engine.model.random_checkpoint import codec_decoder_config, speech_tokenizer_config
+from voicewire.engine.model.weights import checkpoint_tensors, read_safetensors, save_tensors, take_prefix
 
 FRAMES = 100  # past the 72-frame attention window
 SAMPLES = 1920

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from voicewire.engine.model.checkpoint import CheckpointError, read_safetensors, save_tensors, write_json
+from voicewire.engine.model.checkpoint import CheckpointError, write_json
 from voicewire.engine.model.codec_encoder import (
     CodecEncoder,
     CodecEncoderConfig,
@@ -14,6 +14,7 @@ from voicewire.engine.model.codec_encoder import (
     random_init_,
 )
 from voicewire.engine.model.random_checkpoint import codec_encoder_config
+from voicewire.engine.model.weights import read_safetensors, save_tensors
 
 SR = 24000
 SAMPLES = 1920

@@ -1,8 +1,10 @@
+import numpy as np
 import pytest
 import torch
 
-from voicewire.engine.model.prompt import Voice, build_prompt
+from voicewire.engine.model.prompt import build_prompt
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
+from voicewire.engine.voice import Voice
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +57,8 @@ def test_dialect_speaker_swaps_the_language(models: dict[str, Qwen3TTS]) -> None
         ("voice_design", Voice(), "needs an instruct"),
         ("voice_design", Voice(instruct="Calm.", speaker="vivian"), "only CustomVoice checkpoints"),
         ("base", Voice(), "give reference audio or a speaker embedding"),
-        ("base", Voice(xvector=torch.zeros(7)), "must have 64 values, got shape (7,)"),
-        ("base", Voice(xvector=torch.zeros(64), ref_text="Hi."), "needs both the reference codes"),
+        ("base", Voice(xvector=np.zeros(7)), "must have 64 values, got shape (7,)"),
+        ("base", Voice(xvector=np.zeros(64), ref_text="Hi."), "needs both the reference codes"),
     ],
 )
 def test_invalid_voices_list_what_is_allowed(

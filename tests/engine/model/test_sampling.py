@@ -3,11 +3,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from voicewire.engine.config import SamplingParams
 from voicewire.engine.model.sampling import (
     TOP_K_CAP,
     Draw,
     RowSampling,
-    SamplingParams,
     apply_repetition_penalty,
     mask_ids,
     noise_key,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from voicewire.engine.model.checkpoint import CheckpointError, read_json, read_safetensors
+from voicewire.engine.model.checkpoint import CheckpointError, read_json
 from voicewire.engine.model.mel import log_mel, mel_filterbank
 from voicewire.engine.model.speaker_encoder import (
     extract_xvector,
@@ -12,6 +12,7 @@ from voicewire.engine.model.speaker_encoder import (
     load_speaker_encoder_from,
     prepare_reference_audio,
 )
+from voicewire.engine.model.weights import read_safetensors
 
 
 def _signals() -> dict[str, np.ndarray]:

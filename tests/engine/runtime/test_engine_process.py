@@ -27,7 +27,6 @@ from tests.engine.streaming import collect, feed, speak
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.errors import EngineFull, InvalidText, StreamFailed
 from voicewire.engine.model.checkpoint import CheckpointError
-from voicewire.engine.model.prompt import Voice
 from voicewire.engine.runtime import engine_wire as wire
 from voicewire.engine.runtime.engine import Engine
 from voicewire.engine.runtime.engine_host import _Client, _Roster
@@ -40,6 +39,7 @@ from voicewire.engine.runtime.engine_process import (
 )
 from voicewire.engine.runtime.stream import Mark, StreamResult
 from voicewire.engine.runtime.text_stream import PackedTokens, TextToken
+from voicewire.engine.voice import Voice
 
 
 def test_the_same_codes_and_audio_as_in_process(

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from tests.engine.torch_calls import TorchCalls
-from voicewire.engine.config import EngineConfig
+from voicewire.engine.config import EngineConfig, GenerationOptions, SamplingParams
 from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
-from voicewire.engine.model.sampling import Draw, SamplingParams
-from voicewire.engine.runtime.frame_step import FrameStepper, GenerationOptions
+from voicewire.engine.model.sampling import Draw
+from voicewire.engine.runtime.frame_step import FrameStepper
 
 SLOTS = 5  # buckets 1, 2, 4, 5: three streams step padded to four
 

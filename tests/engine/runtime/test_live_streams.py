@@ -8,14 +8,13 @@ from dataclasses import dataclass
 import pytest
 
 from tests.engine.backend_contract import Recorder
-from voicewire.engine.config import StreamOptions
+from voicewire.engine.config import GenerationOptions, StreamOptions
 from voicewire.engine.errors import EngineFull, StreamFailed
-from voicewire.engine.model.prompt import Voice
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
-from voicewire.engine.runtime.frame_step import GenerationOptions
 from voicewire.engine.runtime.live_streams import LiveStream, LiveStreams
 from voicewire.engine.runtime.segments import SegmentPolicy
 from voicewire.engine.runtime.stream import Stream
+from voicewire.engine.voice import Voice
 
 _ids = itertools.count(1)
 

@@ -6,11 +6,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from voicewire.engine.config import EngineConfig, PrefillWait, StreamOptions
+from voicewire.engine.config import EngineConfig, GenerationOptions, PrefillWait, StreamOptions
 from voicewire.engine.errors import StreamFailed
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
 from voicewire.engine.runtime import scheduler as scheduler_module
-from voicewire.engine.runtime.frame_step import GenerationOptions
 from voicewire.engine.runtime.scheduler import Scheduler
 from voicewire.engine.runtime.segments import SegmentPolicy, TrackEntry
 from voicewire.engine.runtime.stream import SAMPLE_RATE, Stream

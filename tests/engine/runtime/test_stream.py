@@ -7,10 +7,10 @@ import pytest
 
 from voicewire.engine.config import StreamOptions
 from voicewire.engine.errors import StreamClosed
-from voicewire.engine.model.prompt import Voice
 from voicewire.engine.model.text_tokenizer import TextTokenizer
 from voicewire.engine.runtime.stream import Mark, Stream
 from voicewire.engine.runtime.text_stream import IncrementalTokenizer, TextToken
+from voicewire.engine.voice import Voice
 
 
 @pytest.fixture(scope="module")

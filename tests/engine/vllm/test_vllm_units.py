@@ -4,9 +4,10 @@ against the torch backend's frame step), chunk bookkeeping, the launch config an
 import pytest
 import torch
 
-from voicewire.engine.model.prompt import Voice, build_voice_prompt, embed_rows, segment_rows
+from voicewire.engine.config import GenerationOptions
+from voicewire.engine.model.prompt import build_voice_prompt, embed_rows, segment_rows
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
-from voicewire.engine.runtime.frame_step import FrameStepper, GenerationOptions
+from voicewire.engine.runtime.frame_step import FrameStepper
 from voicewire.engine.vllm import VllmUnavailable, check_version
 from voicewire.engine.vllm.launch import talker_hf_config
 from voicewire.engine.vllm.sequence import (
@@ -18,6 +19,7 @@ from voicewire.engine.vllm.sequence import (
     TrackChunk,
     embed_positions,
 )
+from voicewire.engine.voice import Voice
 
 FRAMES = 12
 
