@@ -126,7 +126,7 @@ class DecoderStage:
         on_stop: Callable[[BaseException], None] | None = None,
     ) -> None:
         """`on_stop(error)`: the decoder's thread ended on `error`, a bug (the engine refuses new
-        streams then; its open streams have failed)."""
+        streams then; its open streams fail after the call)."""
         self.on_stop = on_stop
         self.metrics = metrics or EngineMetrics()
         self.urgent = urgent or UrgentChunks()
@@ -191,10 +191,12 @@ class DecoderStage:
                     self.process()
         except BaseException as exc:  # a bug, not a stream's fault; without this thread, no audio
             log.exception("the decoder stopped")
-            for decoding in list(self._streams.values()):
-                self._fail(decoding, exc)
+            # The engine refuses new streams before the open ones hear of their failure: a caller
+            # that opens another on hearing it must be refused, not left without audio.
             if self.on_stop is not None:
                 self.on_stop(exc)
+            for decoding in list(self._streams.values()):
+                self._fail(decoding, exc)
 
     @torch.inference_mode()
     def process(self) -> None:
