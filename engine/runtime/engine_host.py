@@ -167,6 +167,8 @@ class _Client:
             try:
                 if isinstance(request, wire.Tokens):
                     stream.push_tokens(request.tokens.unpack(), request.mark)
+                    if request.pushed_at and stream.first_text_at is not None:
+                        self.engine.metrics.first_text_hop.observe(stream.first_text_at - request.pushed_at)
                 else:
                     stream.cancel()
             except StreamClosed:

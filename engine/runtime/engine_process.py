@@ -188,8 +188,9 @@ class _RemoteControl:
         # A push that commits no token tells the engine nothing, unless it is the first: the
         # engine times a stream's first audio from its first text.
         if tokens or not self._pushed:
+            pushed_at = 0.0 if self._pushed else time.monotonic()
             self._pushed = True
-            self._engine._send(wire.Tokens(self._id, PackedTokens.of(tokens)))
+            self._engine._send(wire.Tokens(self._id, PackedTokens.of(tokens), pushed_at=pushed_at))
 
     def flush(self) -> None:
         self._engine._send(wire.Tokens(self._id, PackedTokens.of(self._tokens.flush()), Mark.FLUSH))

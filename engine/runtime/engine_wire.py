@@ -56,6 +56,9 @@ class Tokens:
     stream_id: int
     tokens: PackedTokens
     mark: Mark | None = None
+    # The first push's time.monotonic() in the server (0 on the others): CLOCK_MONOTONIC is one
+    # clock for the host's processes, so the engine process times the text's way in.
+    pushed_at: float = 0.0
 
 
 @dataclass(frozen=True)

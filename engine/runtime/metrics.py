@@ -51,6 +51,13 @@ class EngineMetrics:
             SECONDS,
         )
         self.prefill_streams = self._histogram("prefill_streams", "Sequences started per round", STREAMS)
+        self.first_text_hop = self._histogram(
+            "first_text_hop_seconds",
+            "From a server's first push of a stream's text to the engine process taking it (the "
+            "server's outbox and writer thread, the pipe, this process's reader): the way in, which "
+            "first_frame_seconds starts after",
+            GAP_SECONDS,
+        )
         self.first_frame = self._histogram(
             "first_frame_seconds",
             "From a stream's first text reaching the engine to its first frame of codes",
@@ -318,6 +325,7 @@ def cores_used(
 
 # The histograms an activity report reads: seconds (reported in ms) or stream counts.
 ENGINE_HISTOGRAMS = {
+    "first_text_hop_ms": "voicewire_engine_first_text_hop_seconds",
     "first_frame_ms": "voicewire_engine_first_frame_seconds",
     "first_chunk_ms": "voicewire_engine_first_chunk_seconds",
     "final_chunk_ms": "voicewire_engine_final_chunk_seconds",

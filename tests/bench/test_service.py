@@ -65,6 +65,7 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         assert set(engine) == set(ENGINE_HISTOGRAMS)
         assert engine["first_frame_ms"]["count"] == engine["first_chunk_ms"]["count"] == level["streams"]
         assert 0 < engine["first_frame_ms"]["p50"] <= engine["first_chunk_ms"]["p95"]
+        assert engine["first_text_hop_ms"]["count"] == 0  # an engine in process: no way in to time
         # One final chunk a session that ran to its end (a cancel may come after it)
         assert (
             level["streams"] - level["cancelled_sessions"]

@@ -197,6 +197,11 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
             assert metrics["voicewire_realtime_factor_count"] == 6
             assert metrics["voicewire_engine_frames_total"] >= 6 * 6
             assert metrics["voicewire_engine_first_chunk_seconds_count"] >= 6
+            # Each stream's first text timed on its way in, from the worker's push (the workers'
+            # warm-up streams too), as each is timed on to its first frame.
+            text_in = metrics["voicewire_engine_first_text_hop_seconds_count"]
+            assert text_in == metrics["voicewire_engine_first_frame_seconds_count"] >= 6
+            assert 0 < metrics["voicewire_engine_first_text_hop_seconds_sum"] < text_in * 1.0
             assert metrics["voicewire_engine_step_seconds_count"] >= 6
             # Each chunk's way from the engine process's decoder, whole and in hops that add up to it.
             delivered = metrics["voicewire_chunk_delivery_seconds_count"]
