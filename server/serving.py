@@ -22,6 +22,7 @@ import os
 import secrets
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -85,13 +86,27 @@ def _model_in_reach(repo: str) -> bool:
         return False
 
 
+def cuda_available() -> bool:
+    """Whether PyTorch here sees a CUDA GPU, asked in a child interpreter: imported here, torch (and
+    CUDA's driver, once asked) would stay for `serve`'s life, which needs neither; the engine
+    process loads them."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch; print(int(torch.cuda.is_available()))"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if probe.returncode != 0:
+        log.warning("could not ask PyTorch for a CUDA GPU: %s", probe.stderr.strip()[-500:])
+        return False
+    return probe.stdout.strip() == "1"
+
+
 def resolve_auto_profile(config: Path | None) -> Path | None:
     """`--config auto` made a profile's path (and said why); any other value as it is."""
     if config != AUTO_PROFILE:
         return config
-    import torch
-
-    cuda = torch.cuda.is_available()
+    cuda = cuda_available()
     profile, why = choose_profile(cuda, cuda and _model_in_reach(DEFAULT_MODEL))  # no network without a GPU
     log.info("%s", why)
     return profile

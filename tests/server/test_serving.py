@@ -47,6 +47,25 @@ def test_auto_profile_serves_the_real_model_only_with_a_gpu_and_the_model_in_rea
         assert reason in why and "tiny checkpoint" in why and "noise, not words" in why
 
 
+def test_auto_profile_asks_for_cuda_without_importing_torch() -> None:
+    # In a fresh interpreter: this one has imported torch for other tests. The CI machine has no
+    # GPU, so it is the CPU profile here; wherever it runs, the answer is the child's.
+    code = (
+        "import sys\n"
+        "from voicewire.server.serving import AUTO_PROFILE, cuda_available, resolve_auto_profile\n"
+        "profile, cuda = resolve_auto_profile(AUTO_PROFILE), cuda_available()\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "print(profile.name, cuda)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    name, cuda = done.stdout.split()
+    import torch
+
+    assert cuda == str(torch.cuda.is_available())
+    assert name == "cpu.yaml" or cuda == "True"  # gpu.yaml needs a GPU (and the model in reach)
+
+
 def test_the_cli_imports_no_prometheus_client_before_serve_names_its_metrics_folder() -> None:
     """prometheus-client picks its multiprocess mode when first imported (server/metrics_dir.py):
     the CLI, and this module with it, import it only once `serve` has set the folder."""
