@@ -1,12 +1,11 @@
 """engine/voice.py: a voice's arrays as the engine reads them, and the contract's names without PyTorch."""
 
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import torch
 
+from tests.fresh_interpreter import run_fresh
 from voicewire.engine.voice import Voice
 
 
@@ -45,5 +44,4 @@ def test_the_contract_and_a_workers_modules_load_without_pytorch() -> None:
         "from voicewire.engine import Engine\n"
         "assert 'torch' in sys.modules and Engine.__name__ == 'Engine'\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    run_fresh(code)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fresh_interpreter import run_fresh
 from tests.server.conftest import _descendants
 from tests.server.wsclient import WireClient
 from voicewire.engine import EngineConfig
@@ -57,9 +58,7 @@ def test_auto_profile_asks_for_cuda_without_importing_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
         "print(profile.name, cuda)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    name, cuda = done.stdout.split()
+    name, cuda = run_fresh(code).split()
     import torch
 
     assert cuda == str(torch.cuda.is_available())
@@ -70,8 +69,7 @@ def test_the_cli_imports_no_prometheus_client_before_serve_names_its_metrics_fol
     """prometheus-client picks its multiprocess mode when first imported (server/metrics_dir.py):
     the CLI, and this module with it, import it only once `serve` has set the folder."""
     probe = "import sys, voicewire.server.cli; print('prometheus_client' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "False"
+    assert run_fresh(probe).strip() == "False"
 
 
 def test_the_workers_import_string_names_their_app_factory() -> None:
