@@ -228,6 +228,9 @@ class EngineConfig:
     cuda_graphs: bool = True  # on CUDA, each batch bucket's frame step replays one captured graph
     fuse_kernels: bool = True  # on CUDA, torch.compile the layers' elementwise pieces (engine.pointwise)
     fused_draw: bool = True  # on CUDA, each token draw of a frame as one Triton kernel (engine.fused_draw)
+    # On CUDA, the codec decoder's dense convs as Triton implicit GEMMs with their bias and residual
+    # adds (engine.fused_conv), in place of cuDNN's convs and separate adds.
+    fused_conv: bool = True
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
     urgent_chunks: UrgentChunks = field(default_factory=UrgentChunks)

@@ -14,6 +14,13 @@ figure a CUDA graph of the work replayed (CUDA only; docs/log/2026-11.md, "The f
              (as fused kernels ran it before) and with the precise sine, for each of the 29
              activations of a codec decoder pass at 1, 64 and 128 rows x 8 frames: ms, GB/s and
              the largest difference from float32 math
+  conv       engine/kernels/fused_conv.py's implicit GEMM against cuDNN (as `conv_time_major` runs it,
+             with its bias and residual adds) for each dense conv of a codec decoder pass at
+             256 x 8, 64 x 8 and 256 x 1 (rows x frames): ms and TFLOP/s at the default tiles
+             (`fused_conv.tiles`); then whole graphed decoder passes with and without it, and
+             how far each is from a float32 decode
+  conv-sweep conv, and at 256 x 8 the best tile of a sweep for each conv
+  conv-passes only conv's decoder passes, and at 256 x 8 the kernels of each by GPU time
 
 Usage: python scripts/bench_fused_layer.py MODE [--out FILE.json]
 """
@@ -21,6 +28,8 @@ Usage: python scripts/bench_fused_layer.py MODE [--out FILE.json]
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import functools
 import itertools
 import json
@@ -33,7 +42,7 @@ import torch.nn.functional as F
 import triton
 
 from voicewire.engine.config import SamplingParams
-from voicewire.engine.kernels import fused_draw, fused_layer, fused_snake, pdl, pointwise
+from voicewire.engine.kernels import fused_conv, fused_draw, fused_layer, fused_snake, pdl, pointwise
 from voicewire.engine.kernels.choice import Kernels, pdl_supported
 from voicewire.engine.model import codec_decoder
 from voicewire.engine.model import random_checkpoint as tiny
@@ -375,11 +384,177 @@ def bench_snake() -> list[dict]:
     return rows
 
 
+SWEEP = [
+    fused_conv.Tiles(*t)
+    for t in (
+        (128, 128, 64, 8, 3),
+        (128, 128, 64, 4, 3),
+        (128, 128, 64, 8, 4),
+        (128, 128, 32, 8, 4),
+        (128, 64, 64, 4, 3),
+        (128, 64, 64, 4, 4),
+        (64, 128, 64, 4, 3),
+        (64, 64, 64, 4, 3),
+        (128, 256, 64, 8, 3),
+        (256, 128, 64, 8, 3),
+        (256, 64, 64, 8, 3),
+        (64, 256, 64, 8, 3),
+    )
+]
+
+
+def decoder_convs(rows: int, frames: int) -> list[tuple[str, torch.nn.Module, tuple[int, ...]]]:
+    """The dense convs of one decoder pass of rows x frames, in order: (kind, conv, input shape)."""
+    decoder, cfg = real_decoder()
+    calls: list[tuple[str, torch.nn.Module, tuple[int, ...]]] = []
+    original = codec_decoder.conv_time_major
+
+    def record(conv, x, with_bias=True):  # type: ignore[no-untyped-def]
+        if conv.groups == 1:
+            kind = "transposed" if isinstance(conv, torch.nn.ConvTranspose1d) else "conv"
+            kind = "1x1+residual" if kind == "conv" and conv.kernel_size == (1,) else kind
+            calls.append((kind, conv, tuple(x.shape)))
+        return original(conv, x, with_bias)
+
+    codec_decoder.conv_time_major = record
+    try:
+        codes = torch.randint(0, cfg.codebook_size, (rows, frames, cfg.num_quantizers), device=DEVICE)
+        decoder.decode_step(codes, decoder.new_state(rows, DEVICE, DTYPE))
+    finally:
+        codec_decoder.conv_time_major = original
+    return calls
+
+
+@functools.cache
+def real_decoder() -> tuple[codec_decoder.CodecDecoder, codec_decoder.CodecDecoderConfig]:
+    cfg = codec_decoder.CodecDecoderConfig.from_dict(tiny.codec_decoder_config("0.6b"))
+    decoder = codec_decoder.CodecDecoder(cfg)
+    codec_decoder.random_init_(decoder, torch.Generator().manual_seed(0))
+    decoder = decoder.to(DEVICE, DTYPE).eval()
+    decoder.prepare()
+    kernels().bind(decoder)
+    return decoder, cfg
+
+
+def packed(conv: torch.nn.Module) -> fused_conv.ConvWeight:
+    if isinstance(conv, torch.nn.ConvTranspose1d):
+        return fused_conv.pack_transposed(conv.weight, conv.bias, conv.stride[0])
+    return fused_conv.pack(conv.weight, conv.bias, conv.dilation[0])
+
+
+def bench_conv(sweep: bool = False) -> list[dict]:
+    torch.backends.cudnn.benchmark = True  # as the decoder's graphs are captured
+    gen, rows_out = torch.Generator(device=DEVICE).manual_seed(0), []
+    for b, frames in ((256, 8), (64, 8), (256, 1)):
+        totals = {"cudnn_ms": 0.0, "fused_ms": 0.0, "best_ms": 0.0}
+        for kind, conv, shape in decoder_convs(b, frames):
+            x = torch.randn(shape, device=DEVICE, dtype=DTYPE, generator=gen)
+            w = packed(conv)
+            t = shape[1] - w.context
+            out_shape = (b, t, w.out_channels)
+            res = (
+                torch.randn(out_shape, device=DEVICE, dtype=DTYPE, generator=gen)
+                if kind == "1x1+residual"
+                else None
+            )
+            if res is None:
+                cudnn = functools.partial(codec_decoder.conv_time_major, conv, x)
+            else:
+                cudnn = lambda conv=conv, x=x, res=res: res + codec_decoder.conv_time_major(conv, x)  # noqa: E731
+            flop = 2 * b * t * w.taps * w.in_channels * w.out_channels
+            want = cudnn().float()
+            if kind == "transposed":
+                start = conv.stride[0] if w.taps == 2 else 0
+                want = want[:, start : start + t * conv.stride[0]].reshape(out_shape)
+            ms = graph_ms(cudnn)
+            row: dict[str, object] = {
+                "rows": b,
+                "frames": frames,
+                "kind": kind,
+                "in": list(shape),
+                "out": w.out_channels,
+                "taps": w.taps,
+                "dilation": w.dilation,
+                "cudnn_ms": round(ms, 4),
+                "cudnn_TFLOPs": round(flop / ms / 1e9, 1),
+            }
+            totals["cudnn_ms"] += ms
+            default = fused_conv.tiles(b * t, w)
+            candidates = [default] + (SWEEP if sweep and (b, frames) == (256, 8) else [])
+            best = None
+            for tile in candidates:
+                if w.in_channels % tile.block_k:
+                    continue
+                call = functools.partial(fused_conv.conv, x, w, res, at=tile)
+                try:
+                    got = call().float()
+                    ms = graph_ms(call)
+                except Exception as error:  # out of shared memory, say
+                    print(json.dumps({"tile": str(tile), "error": str(error)[:200]}), flush=True)
+                    continue
+                error = (got - want).abs().max().item()
+                if tile is default:
+                    row |= {
+                        "fused_ms": round(ms, 4),
+                        "fused_TFLOPs": round(flop / ms / 1e9, 1),
+                        "fused_max_diff": error,
+                    }
+                    totals["fused_ms"] += ms
+                if best is None or ms < best[0]:
+                    best = (ms, tile)
+            if best is not None:
+                row |= {"best_ms": round(best[0], 4), "best_tile": list(vars(best[1]).values())}
+                totals["best_ms"] += best[0]
+            print(json.dumps(row), flush=True)
+            rows_out.append(row)
+        total = {"rows": b, "frames": frames, "convs": "all"} | {k: round(v, 3) for k, v in totals.items()}
+        print(json.dumps(total), flush=True)
+        rows_out.append(total)
+    rows_out += bench_decoder_passes()
+    return rows_out
+
+
+def bench_decoder_passes() -> list[dict]:
+    """Graphed decoder passes with cuDNN's convs and with the fused ones (cuDNN timing its
+    candidates, as while the engine captures), each one's largest difference from the same decode
+    in float32, and at 256 x 8 the GPU's kernels of one eager pass of each, by time."""
+    torch.backends.cudnn.benchmark = True
+    decoder, cfg = real_decoder()
+    exact = copy.deepcopy(decoder).float()
+    exact.prepare()
+    Kernels().bind(exact)
+    arms = {"cudnn": False, "fused": True}
+    rows_out: list[dict] = []
+    for b, frames in ((1, 1), (1, 8), (64, 8), (256, 1), (256, 8)):
+        codes = torch.randint(0, cfg.codebook_size, (b, frames, cfg.num_quantizers), device=DEVICE)
+        want = exact.decode_step(codes, exact.new_state(b, DEVICE, torch.float32))
+        row: dict[str, object] = {"rows": b, "frames": frames, "pass": "decoder"}
+        for name, on in arms.items():
+            dataclasses.replace(kernels(), fused_conv=on).bind(decoder)
+            state = decoder.new_state(b, DEVICE, DTYPE)
+            got = decoder.decode_step(codes, state)
+            row[f"{name}_max_diff"] = (got.float() - want).abs().max().item()
+            row[f"{name}_ms"] = round(graph_ms(functools.partial(decoder.decode_step, codes, state)), 3)
+            if (b, frames) == (256, 8):
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    decoder.decode_step(codes, state)
+                    torch.cuda.synchronize()
+                top = sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:14]
+                row[f"{name}_kernels"] = [
+                    [e.key[:90], e.count, round(e.device_time_total / 1e3, 3)] for e in top
+                ]
+        print(json.dumps(row), flush=True)
+        rows_out.append(row)
+    return rows_out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["stack", "attention", "gemv", "draw", "snake"])
+    parser.add_argument(
+        "mode", choices=["stack", "attention", "gemv", "draw", "snake", "conv", "conv-sweep", "conv-passes"]
+    )
     parser.add_argument("--out", type=Path, help="write the rows here as JSON")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -391,6 +566,9 @@ def main() -> None:
             "gemv": bench_gemv,
             "draw": bench_draw,
             "snake": bench_snake,
+            "conv": bench_conv,
+            "conv-sweep": functools.partial(bench_conv, sweep=True),
+            "conv-passes": bench_decoder_passes,
         }
         rows = modes[args.mode]()
     report = {"device": torch.cuda.get_device_name(DEVICE), "mode": args.mode, "rows": rows}

@@ -2,7 +2,8 @@
 
 The CPU tests run the kernels in Triton's interpreter, which checks their arithmetic but not that
 the GPU compiler takes them (types that differ between branches, unsupported ops). Here each
-wrapper (`fused_draw.draw`, `fused_layer.gemv`, `fused_layer.attend`, `fused_snake.snake_beta`) is called on CPU tensors of
+wrapper (`fused_draw.draw`, `fused_layer.gemv`, `fused_layer.attend`, `fused_snake.snake_beta`,
+`fused_conv.conv`) is called on CPU tensors of
 the engine's shapes with its kernel swapped for a recorder, and each recorded launch is compiled
 ahead of time to a cubin, with the argument types and constants the wrapper passed.
 
@@ -89,7 +90,7 @@ def recorded(module, name: str, wrapper: Callable, *args: object, **kwargs: obje
 def launches() -> list[tuple]:
     """(kernel, args, kwargs) for the engine's kernels at 0.6B shapes in bfloat16 and tiny ones in
     float32, launched one after another, then with programmatic dependent launch (engine.pdl)."""
-    return _launches(pdl=False) + _launches(pdl=True) + _snake_launches()
+    return _launches(pdl=False) + _launches(pdl=True) + _snake_launches() + _conv_launches()
 
 
 def _snake_launches() -> list[tuple]:
@@ -106,6 +107,27 @@ def _snake_launches() -> list[tuple]:
             call = (fused_snake, "_snake_kernel", fused_snake.snake_beta, x, params, params)
             found += recorded(*call, None, torch.zeros(rows, 54, 96, dtype=dtype))
             found += recorded(*call, params)
+    return found
+
+
+def _conv_launches() -> list[tuple]:
+    """The codec decoder's conv kernel (no PDL: cuDNN's convs and the activation surround it) in
+    each of `fused_conv.tiles`' tiles, at 0.6B decoder shapes in bfloat16: (input channels, output
+    channels, taps, with a residual); and once in float32 (its dot in IEEE precision)."""
+    from voicewire.engine.kernels import fused_conv
+
+    found = []
+    shapes = [(96, 96, 7, False), (192, 192, 1, True), (384, 384, 1, True), (384, 384, 7, False)]
+    for dtype, (c_in, c_out, taps, residual) in [(torch.bfloat16, s) for s in shapes] + [
+        (torch.bfloat16, (1536, 6144, 2, False)),
+        (torch.float32, (768, 768, 7, False)),
+    ]:
+        packed = fused_conv.pack(
+            torch.zeros(c_out, c_in, taps, dtype=dtype), torch.zeros(c_out, dtype=dtype), 3
+        )
+        x = torch.zeros(4, packed.context + 256, c_in, dtype=dtype)
+        res = torch.zeros(4, 256, c_out, dtype=dtype) if residual else None
+        found += recorded(fused_conv, "_conv_kernel", fused_conv.conv, x, packed, res)
     return found
 
 

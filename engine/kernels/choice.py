@@ -44,12 +44,14 @@ class Kernels:
     # Each token draw, with the next step's embedding row, in one Triton kernel (engine.fused_draw).
     fused_draw: bool = False
     fused_snake: bool = False  # the codec decoder's SnakeBeta in one Triton kernel (engine.fused_snake)
+    fused_conv: bool = False  # the codec decoder's dense convs as Triton implicit GEMMs (engine.fused_conv)
     pdl: bool = False  # Triton kernels launch with programmatic dependent launch (engine.pdl)
 
     @classmethod
     def resolve(cls, config: EngineConfig, device: torch.device) -> Kernels:
         """The engine's kernels on `device`: on CUDA, `fuse_kernels` turns on the compiled pieces,
-        the fused layer and the activation kernel, `fused_draw` the draw kernel, and programmatic
+        the fused layer and the activation kernel, `fused_draw` the draw kernel, `fused_conv` the
+        decoder's conv kernel, and programmatic
         dependent launch is on for Hopper and later unless VOICEWIRE_PDL=0 or Triton runs
         interpreted (TRITON_INTERPRET). Elsewhere everything is off."""
         if device.type != "cuda":
@@ -59,6 +61,7 @@ class Kernels:
             compiled=fuse,
             fused_layer=fuse,
             fused_draw=config.fused_draw,
+            fused_conv=config.fused_conv,
             fused_snake=fuse,
             pdl=_pdl_wanted() and pdl_supported(device),
         )

@@ -22,7 +22,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +33,9 @@ from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model.checkpoint import CheckpointError, read_json
 from voicewire.engine.model.layers import MLP, LayerScale, RMSNorm, weight_parts
 from voicewire.engine.model.weights import load_into, read_safetensors, take_prefix
+
+if TYPE_CHECKING:
+    from voicewire.engine.kernels.fused_conv import ConvWeight
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +295,31 @@ def conv_input(
     return full
 
 
+FUSED_CONV_CHANNELS = 16  # channels a fused conv takes in multiples of (fused_conv.MIN_BLOCK_K)
+
+
+def fused_conv_weight(
+    kernels: Kernels, module: CausalConv | CausalTransConv, x: Tensor, rows: int
+) -> ConvWeight | None:
+    """`module`'s packed weight when its conv of x, `rows` output rows (B * T), runs as
+    engine.fused_conv's kernel: chosen, on CUDA, widths it takes (the last conv's one output
+    channel is cuDNN's, with its padding), and rows enough to fill the GPU (`fused_conv.fills`).
+    The weight is packed on first use, in the warm-up before any graph is captured."""
+    conv = module.conv
+    if not (kernels.fused_conv and x.is_cuda and conv.groups == 1):
+        return None
+    if conv.in_channels % FUSED_CONV_CHANNELS or conv.out_channels < FUSED_CONV_CHANNELS:
+        return None
+    from voicewire.engine.kernels import fused_conv  # Triton, which CUDA builds of torch carry
+
+    if module.packed is None:
+        if isinstance(conv, nn.ConvTranspose1d):
+            module.packed = fused_conv.pack_transposed(conv.weight, conv.bias, conv.stride[0])
+        else:
+            module.packed = fused_conv.pack(conv.weight, conv.bias, conv.dilation[0])
+    return module.packed if fused_conv.fills(rows, module.packed, x.device) else None
+
+
 class CausalConv(nn.Module):
     """Conv1d (stride 1) over [left context, act(x)] for time-major x; the context is zeros at
     stream start. `act` is the SnakeBeta before the conv, if any, applied here to fuse the copy."""
@@ -301,6 +329,8 @@ class CausalConv(nn.Module):
         self.conv = nn.Conv1d(c_in, c_out, kernel, dilation=dilation, groups=groups)
         self.context = (kernel - 1) * dilation
         self.slot = -1  # index into CodecDecoderState.conv, set by CodecDecoder (stays -1 without context)
+        self.kernels = Kernels()
+        self.packed: ConvWeight | None = None  # the weight as `fused_conv` reads it
 
     def forward(
         self,
@@ -309,10 +339,18 @@ class CausalConv(nn.Module):
         act: SnakeBeta | None = None,
         bias: Tensor | None = None,
         with_bias: bool = True,
+        residual: Tensor | None = None,
     ) -> Tensor:
         """`bias`: the previous conv's, for `act` to add; `with_bias=False`: leave this conv's to
-        the caller."""
-        return conv_time_major(self.conv, conv_input(x, state, self.slot, act, bias), with_bias)
+        the caller; `residual`: added to the output."""
+        full = conv_input(x, state, self.slot, act, bias)
+        packed = fused_conv_weight(self.kernels, self, x, x.shape[0] * x.shape[1])
+        if packed is not None:
+            from voicewire.engine.kernels import fused_conv
+
+            return fused_conv.conv(full, packed, residual, with_bias)
+        out = conv_time_major(self.conv, full, with_bias)
+        return out if residual is None else residual + out
 
 
 class CausalTransConv(nn.Module):
@@ -327,10 +365,19 @@ class CausalTransConv(nn.Module):
         self.stride = stride
         self.context = -(-(kernel - stride) // stride)
         self.slot = -1
+        self.kernels = Kernels()
+        self.packed: ConvWeight | None = None  # as in CausalConv
 
     def forward(self, x: Tensor, state: StateRows, act: SnakeBeta | None = None) -> Tensor:
-        n = x.shape[1]
-        out = conv_time_major(self.conv, conv_input(x, state, self.slot, act))
+        b, n, _ = x.shape
+        full = conv_input(x, state, self.slot, act)
+        packed = fused_conv_weight(self.kernels, self, x, b * n)
+        if packed is not None:
+            from voicewire.engine.kernels import fused_conv
+
+            # [B, n, stride * C_out]: each frame's stride samples side by side, as [B, n * stride, C_out].
+            return fused_conv.conv(full, packed).view(b, n * self.stride, -1)
+        out = conv_time_major(self.conv, full)
         if self.context == 0:
             return out
         start = self.context * self.stride
@@ -385,7 +432,7 @@ class ResidualUnit(nn.Module):
     def forward(self, x: Tensor, state: StateRows) -> Tensor:
         # conv1's bias goes into act2's pass: one trip less over the block's largest tensor.
         h = self.conv1(x, state, self.act1, with_bias=False)
-        return x + self.conv2(h, state, self.act2, bias=self.conv1.conv.bias)
+        return self.conv2(h, state, self.act2, bias=self.conv1.conv.bias, residual=x)
 
 
 class DecoderBlock(nn.Module):
@@ -540,6 +587,8 @@ class CodecDecoder(nn.Module):
         conv converts its weight."""
         self.quantizer.fold()
         for m in self.modules():
+            if isinstance(m, CausalConv | CausalTransConv):
+                m.packed = None  # packed again from the weights as they are now
             if isinstance(m, nn.Conv1d | nn.ConvTranspose1d) and m.groups == 1:
                 m.weight.data = m.weight.data.mT.contiguous().mT
 

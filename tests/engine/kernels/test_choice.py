@@ -39,20 +39,22 @@ def test_everything_is_off_on_a_cpu() -> None:
     """Whatever the settings say: Triton kernels and compiled pieces are for CUDA engines."""
     config = EngineConfig(fuse_kernels=True, fused_draw=True)
     assert Kernels.resolve(config, torch.device("cpu")) == Kernels()
-    assert Kernels() == Kernels(False, False, False, False, False)
+    assert Kernels() == Kernels(False, False, False, False, False, False)
 
 
 def test_cuda_defaults_turn_every_kernel_on(capability) -> None:
     assert Kernels.resolve(EngineConfig(), CUDA) == Kernels(
-        compiled=True, fused_layer=True, fused_draw=True, fused_snake=True, pdl=True
+        compiled=True, fused_layer=True, fused_draw=True, fused_snake=True, fused_conv=True, pdl=True
     )
 
 
 def test_each_setting_turns_its_kernels_off(capability) -> None:
     unfused = Kernels.resolve(EngineConfig(fuse_kernels=False), CUDA)
-    assert unfused == Kernels(fused_draw=True, pdl=True)
+    assert unfused == Kernels(fused_draw=True, fused_conv=True, pdl=True)
     undrawn = Kernels.resolve(EngineConfig(fused_draw=False), CUDA)
-    assert undrawn == Kernels(compiled=True, fused_layer=True, fused_snake=True, pdl=True)
+    assert undrawn == Kernels(compiled=True, fused_layer=True, fused_snake=True, fused_conv=True, pdl=True)
+    cudnn = Kernels.resolve(EngineConfig(fused_conv=False), CUDA)
+    assert cudnn == Kernels(compiled=True, fused_layer=True, fused_draw=True, fused_snake=True, pdl=True)
 
 
 def test_pdl_needs_hopper_and_may_be_turned_off(capability, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,7 +34,19 @@ def test_every_launch_compiles_for_hopper() -> None:
         for block_t in (128, 16)
         for context, bias in ((54, False), (0, True))
     }
-    launches = [d for d in launches if d["kernel"] != "_snake_kernel"]
+    # The decoder's conv: each of fused_conv.tiles' five tiles, and float32 in the widest.
+    convs = [d for d in launches if d["kernel"] == "_conv_kernel"]
+    assert not any(d["launch_pdl"] for d in convs)
+    assert {(d["BLOCK_M"], d["BLOCK_N"], d["BLOCK_K"], d["num_warps"], d["num_stages"]) for d in convs} == {
+        (128, 128, 32, 8, 4),
+        (128, 64, 64, 4, 3),
+        (64, 128, 64, 4, 3),
+        (128, 128, 64, 8, 3),
+        (128, 256, 64, 8, 3),
+    }
+    assert [d["HAS_RES"] for d in convs] == [False, True, True, False, False, False]
+    assert [d["IEEE"] for d in convs] == [False] * 5 + [True]
+    launches = [d for d in launches if d["kernel"] not in ("_snake_kernel", "_conv_kernel")]
     kernels = [launch["kernel"] for launch in launches]
     # Each set twice, launched one after another and with programmatic dependent launch. Draw:
     # 3 vocabularies x (with an embedding table, with masks); gemv: 2 dtypes x 2 row counts x 3

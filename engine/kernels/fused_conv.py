@@ -1,0 +1,259 @@
+"""The codec decoder's dense convolutions as one Triton implicit GEMM each (CUDA, `Kernels.fused_conv`).
+
+Every dense conv of the decoder reads a time-major input [B, context + T, C_in] (the carried
+context, then the new frames, as `fused_snake` writes them) and writes [B, T, C_out]:
+
+    out[b, t] = sum over taps k of  x[b, t + k * dilation] @ W_k   (+ bias) (+ residual[b, t])
+
+In the time-major layout a tap's input tile is a block of whole rows shifted by k * dilation, so
+one GEMM over the taps times the input channels needs no unfolded copy. The transposed convs
+(kernel 2s or s, stride s) are the same GEMM: output sample n*s + r takes input frames n and n-1
+through kernel columns r and r + s, so they are a two-tap (one-tap) conv whose s*C_out outputs
+per frame are the s samples of [B, T*s, C_out] (`pack_transposed`).
+
+cuDNN ran these convs at about 180-190 TFLOP/s of an H200's ~990 bf16 (docs/log/2026-11.md,
+"Where a frame's GPU time goes"), and its bias and the residual adds were passes of their own over
+the decoder's largest tensors; here both are the GEMM's epilogue. Accumulation and the epilogue
+are float32; the output is rounded once, to the input's dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class ConvWeight:
+    """A conv's weight packed for the kernel: [taps * C_in, C_out] (tap-major, then input
+    channel), with the tap spacing in input frames, and its bias [C_out] or None."""
+
+    weight: Tensor
+    bias: Tensor | None
+    taps: int
+    dilation: int
+
+    @property
+    def in_channels(self) -> int:
+        return self.weight.shape[0] // self.taps
+
+    @property
+    def out_channels(self) -> int:
+        return self.weight.shape[1]
+
+    @property
+    def context(self) -> int:
+        """Input frames before the first output's: (taps - 1) * dilation."""
+        return (self.taps - 1) * self.dilation
+
+
+def pack(weight: Tensor, bias: Tensor | None, dilation: int) -> ConvWeight:
+    """A Conv1d's weight [C_out, C_in, K] (stride 1) for `conv`."""
+    c_out, c_in, taps = weight.shape
+    packed = weight.permute(2, 1, 0).reshape(taps * c_in, c_out).contiguous()
+    return ConvWeight(packed, None if bias is None else bias.contiguous(), taps, dilation)
+
+
+def pack_transposed(weight: Tensor, bias: Tensor | None, stride: int) -> ConvWeight:
+    """A ConvTranspose1d's weight [C_in, C_out, K] (stride `stride`, K = stride or 2 * stride) as
+    a conv with stride * C_out outputs, output column r * C_out + c being sample r of the frame's
+    stride samples, channel c. With K = 2 * stride it has two taps: tap 0 reads the frame before
+    (kernel columns stride..2*stride-1), tap 1 the frame itself (columns 0..stride-1); with
+    K = stride, one."""
+    c_in, c_out, kernel = weight.shape
+    if kernel not in (stride, 2 * stride):
+        raise ValueError(f"pack_transposed: kernel {kernel} is neither the stride {stride} nor twice it")
+    columns = weight.permute(0, 2, 1)  # [C_in, K, C_out]
+    taps = [columns[:, stride:], columns[:, :stride]] if kernel == 2 * stride else [columns]
+    packed = torch.stack(taps).reshape(len(taps) * c_in, stride * c_out).contiguous()
+    return ConvWeight(packed, None if bias is None else bias.repeat(stride).contiguous(), len(taps), 1)
+
+
+MIN_BLOCK_K = 16  # the narrowest input-channel step a tensor-core dot takes
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """One launch's tile shape: output rows, output channels, input channels per step."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    warps: int
+    stages: int
+
+
+def tiles(rows: int, w: ConvWeight) -> Tiles:
+    """The tile for `rows` output rows (B * T) of `w`, from a sweep of each decoder conv at 256 rows
+    x 8 frames on an H200 (`python scripts/bench_fused_layer.py conv`; docs/log/2026-11.md, "The
+    decoder's convs in Triton"): wide tiles where there are many output channels; narrower ones
+    for the 1x1 convs, which read more than they compute; 32 input channels a step for 96."""
+    block_k = 64
+    while w.in_channels % block_k:
+        block_k //= 2
+    if w.out_channels <= 128:
+        return Tiles(128, 128, block_k, 8, 4)
+    if w.taps == 1 and w.out_channels <= 192:
+        return Tiles(128, 64, block_k, 4, 3)
+    if w.taps == 1 and w.out_channels <= 384:
+        return Tiles(64, 128, block_k, 4, 3)
+    if w.out_channels <= 384:
+        return Tiles(128, 128, block_k, 8, 3)
+    return Tiles(128, 256, block_k, 8, 3)
+
+
+def fills(rows: int, w: ConvWeight, device: torch.device, sms: int | None = None) -> bool:
+    """Whether `rows` output rows of `w` make at least one tile per streaming processor of
+    `device` (or per `sms` processors). Fewer
+    leave most of the GPU idle, where cuDNN's kernels (which split the input channels) took less
+    time: a decoder pass of 1 row x 1 frame took 1.19 ms with this kernel everywhere, 1.11 with
+    cuDNN's."""
+    at = tiles(rows, w)
+    return triton.cdiv(rows, at.block_m) * triton.cdiv(w.out_channels, at.block_n) >= (
+        sms or processors(device)
+    )
+
+
+@functools.cache
+def processors(device: torch.device) -> int:
+    """The streaming processors of a CUDA device (one in Triton's interpreter, on any device)."""
+    if INTERPRETED or device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@triton.jit
+def _conv_kernel(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    res_ptr,
+    out_ptr,
+    M,
+    T,
+    x_row_stride,
+    x_time_stride,
+    res_row_stride,
+    res_time_stride,
+    dilation,
+    C_IN: tl.constexpr,
+    C_OUT: tl.constexpr,
+    TAPS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """out[m] for the output rows m = b * T + t of one tile; out is contiguous [M, C_OUT]."""
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n: tl.constexpr = (C_OUT + BLOCK_N - 1) // BLOCK_N
+    # Groups of GROUP_M row tiles sweep the output channels together, so the input rows they share
+    # stay in L2 while every channel tile reads them.
+    group = pid // (GROUP_M * tiles_n)
+    first_m = group * GROUP_M
+    size_m = min(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % (GROUP_M * tiles_n)) % size_m
+    pid_n = (pid % (GROUP_M * tiles_n)) // size_m
+
+    ms = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    ns = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    in_m = ms < M
+    in_n = ns < C_OUT
+    row = (ms // T).to(tl.int64)
+    a_at = row * x_row_stride + (ms % T).to(tl.int64) * x_time_stride  # tap 0's input frame
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    STEPS: tl.constexpr = C_IN // BLOCK_K
+    for i in range(TAPS * STEPS):
+        tap = i // STEPS
+        c = (i % STEPS) * BLOCK_K + ks
+        a = tl.load(x_ptr + (a_at + tap * dilation * x_time_stride)[:, None] + c[None, :], mask=in_m[:, None])
+        w = tl.load(w_ptr + (tap * C_IN + c)[:, None] * C_OUT + ns[None, :], mask=in_n[None, :])
+        if IEEE:
+            acc = tl.dot(a, w, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, w, acc)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + ns, mask=in_n).to(tl.float32)[None, :]
+    both = in_m[:, None] & in_n[None, :]
+    if HAS_RES:
+        res_at = row * res_row_stride + (ms % T).to(tl.int64) * res_time_stride
+        acc += tl.load(res_ptr + res_at[:, None] + ns[None, :], mask=both).to(tl.float32)
+    out_at = ms.to(tl.int64)[:, None] * C_OUT + ns[None, :]
+    tl.store(out_ptr + out_at, acc.to(out_ptr.dtype.element_ty), mask=both)
+
+
+def conv(
+    x: Tensor,
+    w: ConvWeight,
+    residual: Tensor | None = None,
+    with_bias: bool = True,
+    at: Tiles | None = None,
+) -> Tensor:
+    """The conv `w` over time-major x [B, w.context + T, C_in] (context first): a new contiguous
+    [B, T, C_out], plus `residual` [B, T, C_out] if given. `with_bias=False` leaves out the bias
+    (for the caller's next pass to add). x and residual need a contiguous channel dim; their rows
+    and times may be strided. `at`: the tile, in place of `tiles`' (benchmarks).
+
+    The activation before a 1x1 conv stays a pass of its own (`fused_snake`): made in this
+    kernel's loads instead, it took a 256 x 8 decoder pass from 39.4 to 40.4 ms on an H200 (the
+    convs 4.8 ms longer, the activations 2.4 ms shorter: the loads no longer overlap the tensor
+    cores' work)."""
+    b, length, c_in = x.shape
+    t = length - w.context
+    if c_in != w.in_channels or x.stride(2) != 1:
+        raise ValueError(f"conv: x {tuple(x.shape)} needs {w.in_channels} contiguous channels")
+    if c_in % MIN_BLOCK_K:
+        raise ValueError(f"conv: {c_in} input channels are not a multiple of {MIN_BLOCK_K}")
+    if t < 0:
+        raise ValueError(f"conv: x has {length} frames, fewer than the context {w.context}")
+    if residual is not None and (residual.shape != (b, t, w.out_channels) or residual.stride(2) != 1):
+        raise ValueError(f"conv: residual {tuple(residual.shape)} is not [{b}, {t}, {w.out_channels}]")
+    out = torch.empty(b, t, w.out_channels, device=x.device, dtype=x.dtype)
+    rows = b * t
+    if rows == 0:
+        return out
+    at = at or tiles(rows, w)
+    grid = (triton.cdiv(rows, at.block_m) * triton.cdiv(w.out_channels, at.block_n),)
+    bias = w.bias if with_bias else None
+    _conv_kernel[grid](
+        x,
+        w.weight,
+        bias if bias is not None else w.weight,
+        residual if residual is not None else x,
+        out,
+        rows,
+        t,
+        x.stride(0),
+        x.stride(1),
+        residual.stride(0) if residual is not None else 0,
+        residual.stride(1) if residual is not None else 0,
+        w.dilation,
+        C_IN=c_in,
+        C_OUT=w.out_channels,
+        TAPS=w.taps,
+        HAS_BIAS=bias is not None,
+        HAS_RES=residual is not None,
+        IEEE=x.dtype == torch.float32,
+        BLOCK_M=at.block_m,
+        BLOCK_N=at.block_n,
+        BLOCK_K=at.block_k,
+        GROUP_M=8,
+        num_warps=at.warps,
+        num_stages=at.stages,
+    )
+    return out
+
+
+# Triton's interpreter (TRITON_INTERPRET, read by Triton as it decorated the kernel) has no fast
+# sine; a kernel it runs is not a compiled JITFunction.
+INTERPRETED = not isinstance(_conv_kernel, triton.runtime.JITFunction)
