@@ -3,7 +3,7 @@
 The CPU tests run the kernels in Triton's interpreter, which checks their arithmetic but not that
 the GPU compiler takes them (types that differ between branches, unsupported ops). Here each
 wrapper (`fused_draw.draw`, `fused_layer.gemv`, `fused_layer.attend`, `fused_snake.snake_beta`,
-`fused_conv.conv`) is called on CPU tensors of
+`fused_conv.conv`, `decoder_window.attend`) is called on CPU tensors of
 the engine's shapes with its kernel swapped for a recorder, and each recorded launch is compiled
 ahead of time to a cubin, with the argument types and constants the wrapper passed.
 
@@ -90,7 +90,9 @@ def recorded(module, name: str, wrapper: Callable, *args: object, **kwargs: obje
 def launches() -> list[tuple]:
     """(kernel, args, kwargs) for the engine's kernels at 0.6B shapes in bfloat16 and tiny ones in
     float32, launched one after another, then with programmatic dependent launch (engine.pdl)."""
-    return _launches(pdl=False) + _launches(pdl=True) + _snake_launches() + _conv_launches()
+    return (
+        _launches(pdl=False) + _launches(pdl=True) + _snake_launches() + _conv_launches() + _window_launches()
+    )
 
 
 def _snake_launches() -> list[tuple]:
@@ -128,6 +130,22 @@ def _conv_launches() -> list[tuple]:
         x = torch.zeros(4, packed.context + 256, c_in, dtype=dtype)
         res = torch.zeros(4, 256, c_out, dtype=dtype) if residual else None
         found += recorded(fused_conv, "_conv_kernel", fused_conv.conv, x, packed, res)
+    return found
+
+
+def _window_launches() -> list[tuple]:
+    """The codec decoder's window attention at the released decoder's heads (16 of 64): a chunk of
+    8 frames in bfloat16, and of 1 in float32 (its dots in IEEE precision)."""
+    from voicewire.engine.kernels import decoder_window
+
+    found = []
+    for dtype, frames in ((torch.bfloat16, 8), (torch.float32, 1)):
+        q = torch.zeros(4, frames, 16, 64, dtype=dtype)
+        window = torch.zeros(6, 16, 71, 64, dtype=dtype)
+        rows = torch.zeros(4, dtype=torch.int64)
+        found += recorded(
+            decoder_window, "_window_kernel", decoder_window.attend, q, q, q, window, window, rows, rows
+        )
     return found
 
 

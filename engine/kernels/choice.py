@@ -45,13 +45,16 @@ class Kernels:
     fused_draw: bool = False
     fused_snake: bool = False  # the codec decoder's SnakeBeta in one Triton kernel (engine.fused_snake)
     fused_conv: bool = False  # the codec decoder's dense convs as Triton implicit GEMMs (engine.fused_conv)
+    fused_window: bool = (
+        False  # the codec decoder's window attention in one Triton kernel (engine.decoder_window)
+    )
     pdl: bool = False  # Triton kernels launch with programmatic dependent launch (engine.pdl)
 
     @classmethod
     def resolve(cls, config: EngineConfig, device: torch.device) -> Kernels:
         """The engine's kernels on `device`: on CUDA, `fuse_kernels` turns on the compiled pieces,
         the fused layer and the activation kernel, `fused_draw` the draw kernel, `fused_conv` the
-        decoder's conv kernel, and programmatic
+        decoder's conv kernel, `fused_window` its attention kernel, and programmatic
         dependent launch is on for Hopper and later unless VOICEWIRE_PDL=0 or Triton runs
         interpreted (TRITON_INTERPRET). Elsewhere everything is off."""
         if device.type != "cuda":
@@ -62,6 +65,7 @@ class Kernels:
             fused_layer=fuse,
             fused_draw=config.fused_draw,
             fused_conv=config.fused_conv,
+            fused_window=config.fused_window,
             fused_snake=fuse,
             pdl=_pdl_wanted() and pdl_supported(device),
         )

@@ -148,6 +148,11 @@ class StateRows:
         keys, values = self.state.keys[layer], self.state.values[layer]
         return keys.index_select(0, self.index), values.index_select(0, self.index)
 
+    def windows(self, layer: int) -> tuple[Tensor, Tensor]:
+        """A transformer layer's carried keys and values of every slot, for a kernel that reads and
+        writes the rows' windows where they lie (engine.decoder_window)."""
+        return self.state.keys[layer], self.state.values[layer]
+
     def set_window(self, layer: int, keys: Tensor, values: Tensor) -> None:
         self.state.keys[layer].index_copy_(0, self.index, keys)
         self.state.values[layer].index_copy_(0, self.index, values)
@@ -494,6 +499,12 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim)
         v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim)
         q, k = self.kernels.fuse(pointwise.rotate_pair)(q, k, cos, sin)
+        if self.kernels.fused_window and x.is_cuda:
+            from voicewire.engine.kernels import decoder_window  # Triton, which CUDA builds of torch carry
+
+            if decoder_window.takes(n, self.heads, self.kv_heads, self.head_dim):
+                keys, values = state.windows(layer)
+                return self.o_proj(decoder_window.attend(q, k, v, keys, values, state.index, state.pos))
         q = q.transpose(1, 2)
         past_k, past_v = state.window(layer)
         # [B, kv_heads, window - 1 + n, head_dim]: the carried window, then this chunk.

@@ -39,7 +39,7 @@ def test_everything_is_off_on_a_cpu() -> None:
     """Whatever the settings say: Triton kernels and compiled pieces are for CUDA engines."""
     config = EngineConfig(fuse_kernels=True, fused_draw=True)
     assert Kernels.resolve(config, torch.device("cpu")) == Kernels()
-    assert Kernels() == Kernels(False, False, False, False, False, False)
+    assert Kernels() == Kernels(False, False, False, False, False, False, False)
 
 
 def test_cuda_defaults_turn_every_kernel_on(capability) -> None:
@@ -55,6 +55,12 @@ def test_each_setting_turns_its_kernels_off(capability) -> None:
     assert undrawn == Kernels(compiled=True, fused_layer=True, fused_snake=True, fused_conv=True, pdl=True)
     cudnn = Kernels.resolve(EngineConfig(fused_conv=False), CUDA)
     assert cudnn == Kernels(compiled=True, fused_layer=True, fused_draw=True, fused_snake=True, pdl=True)
+
+
+def test_the_window_kernel_on_trial_is_off_unless_asked(capability) -> None:
+    assert not Kernels.resolve(EngineConfig(), CUDA).fused_window
+    assert Kernels.resolve(EngineConfig(fused_window=True), CUDA).fused_window
+    assert not Kernels.resolve(EngineConfig(fused_window=True), torch.device("cpu")).fused_window
 
 
 def test_pdl_needs_hopper_and_may_be_turned_off(capability, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -46,7 +46,13 @@ def test_every_launch_compiles_for_hopper() -> None:
     }
     assert [d["HAS_RES"] for d in convs] == [False, True, True, False, False, False]
     assert [d["IEEE"] for d in convs] == [False] * 5 + [True]
-    launches = [d for d in launches if d["kernel"] not in ("_snake_kernel", "_conv_kernel")]
+    # The decoder's window attention: bfloat16 and float32, keys of 71 carried + 16 new in 128 slots.
+    windows = [d for d in launches if d["kernel"] == "_window_kernel"]
+    assert [(d["IEEE"], d["BLOCK_L"], d["BLOCK_Q"], d["PAST"]) for d in windows] == [
+        (False, 128, 16, 71),
+        (True, 128, 16, 71),
+    ]
+    launches = [d for d in launches if d["kernel"] not in ("_snake_kernel", "_conv_kernel", "_window_kernel")]
     kernels = [launch["kernel"] for launch in launches]
     # Each set twice, launched one after another and with programmatic dependent launch. Draw:
     # 3 vocabularies x (with an embedding table, with masks); gemv: 2 dtypes x 2 row counts x 3
