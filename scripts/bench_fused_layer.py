@@ -436,12 +436,6 @@ def real_decoder() -> tuple[codec_decoder.CodecDecoder, codec_decoder.CodecDecod
     return decoder, cfg
 
 
-def packed(conv: torch.nn.Module) -> fused_conv.ConvWeight:
-    if isinstance(conv, torch.nn.ConvTranspose1d):
-        return fused_conv.pack_transposed(conv.weight, conv.bias, conv.stride[0])
-    return fused_conv.pack(conv.weight, conv.bias, conv.dilation[0])
-
-
 def bench_conv(sweep: bool = False) -> list[dict]:
     torch.backends.cudnn.benchmark = True  # as the decoder's graphs are captured
     gen, rows_out = torch.Generator(device=DEVICE).manual_seed(0), []
@@ -449,7 +443,7 @@ def bench_conv(sweep: bool = False) -> list[dict]:
         totals = {"cudnn_ms": 0.0, "fused_ms": 0.0, "best_ms": 0.0}
         for kind, conv, shape in decoder_convs(b, frames):
             x = torch.randn(shape, device=DEVICE, dtype=DTYPE, generator=gen)
-            w = packed(conv)
+            w = codec_decoder.pack_conv(conv)
             t = shape[1] - w.context
             out_shape = (b, t, w.out_channels)
             res = (
@@ -479,7 +473,7 @@ def bench_conv(sweep: bool = False) -> list[dict]:
                 "cudnn_TFLOPs": round(flop / ms / 1e9, 1),
             }
             totals["cudnn_ms"] += ms
-            default = fused_conv.tiles(b * t, w)
+            default = fused_conv.tiles(w)
             candidates = [default] + (SWEEP if sweep and (b, frames) == (256, 8) else [])
             best = None
             for tile in candidates:
@@ -516,27 +510,22 @@ def bench_conv(sweep: bool = False) -> list[dict]:
 
 def bench_decoder_passes() -> list[dict]:
     """Graphed decoder passes with cuDNN's convs, with the fused ones, and with those and the
-    window attention kernel (cuDNN timing its candidates, as while the engine captures), each one's largest difference from the same decode
-    in float32, and at 256 x 8 the GPU's kernels of one eager pass of each, by time."""
+    window attention kernel (cuDNN timing its candidates, as while the engine captures), each
+    one's largest difference from the same decode in float32, and at 256 x 8 the GPU's kernels of
+    one eager pass of each, by time."""
     torch.backends.cudnn.benchmark = True
     decoder, cfg = real_decoder()
     exact = copy.deepcopy(decoder).float()
     exact.prepare()
     Kernels().bind(exact)
-    arms = {
-        "cudnn": Kernels(),
-        "fused": Kernels(fused_conv=True),
-        "fused_window": Kernels(fused_conv=True, fused_window=True),
-    }
+    arms = {"cudnn": (False, False), "fused": (True, False), "fused_window": (True, True)}
     rows_out: list[dict] = []
     for b, frames in ((1, 1), (1, 8), (64, 8), (256, 1), (256, 8)):
         codes = torch.randint(0, cfg.codebook_size, (b, frames, cfg.num_quantizers), device=DEVICE)
         want = exact.decode_step(codes, exact.new_state(b, DEVICE, torch.float32))
         row: dict[str, object] = {"rows": b, "frames": frames, "pass": "decoder"}
-        for name, choice in arms.items():
-            dataclasses.replace(
-                kernels(), fused_conv=choice.fused_conv, fused_window=choice.fused_window
-            ).bind(decoder)
+        for name, (conv, window) in arms.items():
+            dataclasses.replace(kernels(), fused_conv=conv, fused_window=window).bind(decoder)
             state = decoder.new_state(b, DEVICE, DTYPE)
             got = decoder.decode_step(codes, state)
             row[f"{name}_max_diff"] = (got.float() - want).abs().max().item()

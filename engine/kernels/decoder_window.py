@@ -30,6 +30,15 @@ MIN_HEAD_DIM = 16  # the narrowest head a tensor-core dot takes
 
 
 @triton.jit
+def _slots(state_ptr, chunk_ptr, state_at, chunk_at, from_state, from_chunk):
+    """Rows of key (value) slots: from the carried window where `from_state`, from the chunk where
+    `from_chunk`, zeros elsewhere."""
+    carried = tl.load(state_ptr + state_at, mask=from_state[:, None], other=0.0)
+    fresh = tl.load(chunk_ptr + chunk_at, mask=from_chunk[:, None], other=0.0)
+    return tl.where(from_state[:, None], carried, fresh)
+
+
+@triton.jit
 def _window_kernel(
     q_ptr,
     k_ptr,
@@ -73,16 +82,8 @@ def _window_kernel(
     past_at = window_at + js[:, None] * D + ds[None, :]
     new_k_at = k_at + (js - PAST)[:, None] * k_time_stride + ds[None, :]
     new_v_at = v_at + (js - PAST)[:, None] * v_time_stride + ds[None, :]
-    keys = tl.where(
-        in_past[:, None],
-        tl.load(keys_ptr + past_at, mask=in_past[:, None], other=0.0),
-        tl.load(k_ptr + new_k_at, mask=in_new[:, None], other=0.0),
-    )
-    values = tl.where(
-        in_past[:, None],
-        tl.load(values_ptr + past_at, mask=in_past[:, None], other=0.0),
-        tl.load(v_ptr + new_v_at, mask=in_new[:, None], other=0.0),
-    )
+    keys = _slots(keys_ptr, k_ptr, past_at, new_k_at, in_past, in_new)
+    values = _slots(values_ptr, v_ptr, past_at, new_v_at, in_past, in_new)
     q_at = b.to(tl.int64) * q_row_stride + iq[:, None] * q_time_stride + h * D + ds[None, :]
     q = tl.load(q_ptr + q_at, mask=(iq < n)[:, None], other=0.0)
     if IEEE:
@@ -113,16 +114,8 @@ def _window_kernel(
     shifted_at = window_at + source[:, None] * D + ds[None, :]
     fresh_k_at = k_at + (source - PAST)[:, None] * k_time_stride + ds[None, :]
     fresh_v_at = v_at + (source - PAST)[:, None] * v_time_stride + ds[None, :]
-    next_keys = tl.where(
-        from_past[:, None],
-        tl.load(keys_ptr + shifted_at, mask=from_past[:, None], other=0.0),
-        tl.load(k_ptr + fresh_k_at, mask=from_new[:, None], other=0.0),
-    )
-    next_values = tl.where(
-        from_past[:, None],
-        tl.load(values_ptr + shifted_at, mask=from_past[:, None], other=0.0),
-        tl.load(v_ptr + fresh_v_at, mask=from_new[:, None], other=0.0),
-    )
+    next_keys = _slots(keys_ptr, k_ptr, shifted_at, fresh_k_at, from_past, from_new)
+    next_values = _slots(values_ptr, v_ptr, shifted_at, fresh_v_at, from_past, from_new)
     tl.debug_barrier()
     tl.store(keys_ptr + past_at, next_keys, mask=keep[:, None])
     tl.store(values_ptr + past_at, next_values, mask=keep[:, None])

@@ -88,10 +88,10 @@ class Tiles:
     stages: int
 
 
-def tiles(rows: int, w: ConvWeight) -> Tiles:
-    """The tile for `rows` output rows (B * T) of `w`, from a sweep of each decoder conv at 256 rows
-    x 8 frames on an H200 (`python scripts/bench_fused_layer.py conv`; docs/log/2026-11.md, "The
-    decoder's convs in Triton"): wide tiles where there are many output channels; narrower ones
+def tiles(w: ConvWeight) -> Tiles:
+    """The tile for `w`, from a sweep of each decoder conv at 256 rows x 8 frames on an H200
+    (`python scripts/bench_fused_layer.py conv-sweep`; docs/log/2026-11.md, "The decoder's convs in
+    Triton"): wide tiles where there are many output channels; narrower ones
     for the 1x1 convs, which read more than they compute; 32 input channels a step for 96."""
     block_k = 64
     while w.in_channels % block_k:
@@ -108,12 +108,11 @@ def tiles(rows: int, w: ConvWeight) -> Tiles:
 
 
 def fills(rows: int, w: ConvWeight, device: torch.device, sms: int | None = None) -> bool:
-    """Whether `rows` output rows of `w` make at least one tile per streaming processor of
-    `device` (or per `sms` processors). Fewer
-    leave most of the GPU idle, where cuDNN's kernels (which split the input channels) took less
-    time: a decoder pass of 1 row x 1 frame took 1.19 ms with this kernel everywhere, 1.11 with
-    cuDNN's."""
-    at = tiles(rows, w)
+    """Whether `rows` output rows (B * T) of `w` make at least one tile per streaming processor of
+    `device` (or per `sms` processors). Fewer leave most of the GPU idle, where cuDNN's kernels
+    (which split the input channels) took less time: a decoder pass of 1 row x 1 frame took
+    1.19 ms with this kernel everywhere, 1.11 with cuDNN's."""
+    at = tiles(w)
     return triton.cdiv(rows, at.block_m) * triton.cdiv(w.out_channels, at.block_n) >= (
         sms or processors(device)
     )
@@ -121,8 +120,8 @@ def fills(rows: int, w: ConvWeight, device: torch.device, sms: int | None = None
 
 @functools.cache
 def processors(device: torch.device) -> int:
-    """The streaming processors of a CUDA device (one in Triton's interpreter, on any device)."""
-    if INTERPRETED or device.type != "cuda":
+    """The streaming processors of a CUDA device (one for any other: Triton's interpreter)."""
+    if device.type != "cuda":
         return 1
     return torch.cuda.get_device_properties(device).multi_processor_count
 
@@ -222,7 +221,7 @@ def conv(
     rows = b * t
     if rows == 0:
         return out
-    at = at or tiles(rows, w)
+    at = at or tiles(w)
     grid = (triton.cdiv(rows, at.block_m) * triton.cdiv(w.out_channels, at.block_n),)
     bias = w.bias if with_bias else None
     _conv_kernel[grid](
@@ -252,8 +251,3 @@ def conv(
         num_stages=at.stages,
     )
     return out
-
-
-# Triton's interpreter (TRITON_INTERPRET, read by Triton as it decorated the kernel) has no fast
-# sine; a kernel it runs is not a compiled JITFunction.
-INTERPRETED = not isinstance(_conv_kernel, triton.runtime.JITFunction)

@@ -303,25 +303,29 @@ def conv_input(
 FUSED_CONV_CHANNELS = 16  # channels a fused conv takes in multiples of (fused_conv.MIN_BLOCK_K)
 
 
-def fused_conv_weight(
-    kernels: Kernels, module: CausalConv | CausalTransConv, x: Tensor, rows: int
-) -> ConvWeight | None:
+def pack_conv(conv: nn.Conv1d | nn.ConvTranspose1d) -> ConvWeight:
+    """`conv`'s weight and bias as engine.fused_conv's kernel reads them."""
+    from voicewire.engine.kernels import fused_conv  # Triton, which CUDA builds of torch carry
+
+    if isinstance(conv, nn.ConvTranspose1d):
+        return fused_conv.pack_transposed(conv.weight, conv.bias, conv.stride[0])
+    return fused_conv.pack(conv.weight, conv.bias, conv.dilation[0])
+
+
+def fused_conv_weight(module: CausalConv | CausalTransConv, x: Tensor, rows: int) -> ConvWeight | None:
     """`module`'s packed weight when its conv of x, `rows` output rows (B * T), runs as
     engine.fused_conv's kernel: chosen, on CUDA, widths it takes (the last conv's one output
     channel is cuDNN's, with its padding), and rows enough to fill the GPU (`fused_conv.fills`).
     The weight is packed on first use, in the warm-up before any graph is captured."""
     conv = module.conv
-    if not (kernels.fused_conv and x.is_cuda and conv.groups == 1):
+    if not (module.kernels.fused_conv and x.is_cuda and conv.groups == 1):
         return None
     if conv.in_channels % FUSED_CONV_CHANNELS or conv.out_channels < FUSED_CONV_CHANNELS:
         return None
-    from voicewire.engine.kernels import fused_conv  # Triton, which CUDA builds of torch carry
+    from voicewire.engine.kernels import fused_conv
 
     if module.packed is None:
-        if isinstance(conv, nn.ConvTranspose1d):
-            module.packed = fused_conv.pack_transposed(conv.weight, conv.bias, conv.stride[0])
-        else:
-            module.packed = fused_conv.pack(conv.weight, conv.bias, conv.dilation[0])
+        module.packed = pack_conv(conv)
     return module.packed if fused_conv.fills(rows, module.packed, x.device) else None
 
 
@@ -349,7 +353,7 @@ class CausalConv(nn.Module):
         """`bias`: the previous conv's, for `act` to add; `with_bias=False`: leave this conv's to
         the caller; `residual`: added to the output."""
         full = conv_input(x, state, self.slot, act, bias)
-        packed = fused_conv_weight(self.kernels, self, x, x.shape[0] * x.shape[1])
+        packed = fused_conv_weight(self, x, x.shape[0] * x.shape[1])
         if packed is not None:
             from voicewire.engine.kernels import fused_conv
 
@@ -376,7 +380,7 @@ class CausalTransConv(nn.Module):
     def forward(self, x: Tensor, state: StateRows, act: SnakeBeta | None = None) -> Tensor:
         b, n, _ = x.shape
         full = conv_input(x, state, self.slot, act)
-        packed = fused_conv_weight(self.kernels, self, x, b * n)
+        packed = fused_conv_weight(self, x, b * n)
         if packed is not None:
             from voicewire.engine.kernels import fused_conv
 

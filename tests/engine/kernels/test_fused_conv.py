@@ -80,7 +80,7 @@ def test_bad_inputs_get_clear_errors() -> None:
 def test_tiles_divide_the_input_channels_and_few_rows_stay_with_cudnn() -> None:
     for c_in, c_out, taps in [(96, 96, 7), (192, 192, 1), (384, 384, 1), (768, 768, 7), (1536, 6144, 2)]:
         packed = fused_conv.pack(torch.zeros(c_out, c_in, taps), None, 1)
-        at = fused_conv.tiles(4096, packed)
+        at = fused_conv.tiles(packed)
         assert c_in % at.block_k == 0 and at.block_k >= fused_conv.MIN_BLOCK_K
     wide = fused_conv.pack(torch.zeros(768, 768, 7), None, 1)
     # 128 x 256 tiles: 132 processors need 132 of them; 32 rows of 768 channels make 3.
