@@ -233,8 +233,7 @@ class EngineConfig:
     fused_conv: bool = True
     # On CUDA, the codec decoder's window attention (the carried window's gather, the new keys'
     # `cat`, SDPA and the window's write-back) as one Triton kernel per layer (engine.decoder_window).
-    # On trial: off until a GPU session measures it.
-    fused_window: bool = False
+    fused_window: bool = True
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
     urgent_chunks: UrgentChunks = field(default_factory=UrgentChunks)

@@ -45,9 +45,8 @@ class Kernels:
     fused_draw: bool = False
     fused_snake: bool = False  # the codec decoder's SnakeBeta in one Triton kernel (engine.fused_snake)
     fused_conv: bool = False  # the codec decoder's dense convs as Triton implicit GEMMs (engine.fused_conv)
-    fused_window: bool = (
-        False  # the codec decoder's window attention in one Triton kernel (engine.decoder_window)
-    )
+    # The codec decoder's window attention in one Triton kernel per layer (engine.decoder_window).
+    fused_window: bool = False
     pdl: bool = False  # Triton kernels launch with programmatic dependent launch (engine.pdl)
 
     @classmethod

@@ -4,6 +4,7 @@ This machine has no GPU: CUDA devices are named, never used, and the device's co
 is stood in for."""
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -42,25 +43,30 @@ def test_everything_is_off_on_a_cpu() -> None:
     assert Kernels() == Kernels(False, False, False, False, False, False, False)
 
 
+ALL_ON = Kernels(
+    compiled=True,
+    fused_layer=True,
+    fused_draw=True,
+    fused_snake=True,
+    fused_conv=True,
+    fused_window=True,
+    pdl=True,
+)
+
+
 def test_cuda_defaults_turn_every_kernel_on(capability) -> None:
-    assert Kernels.resolve(EngineConfig(), CUDA) == Kernels(
-        compiled=True, fused_layer=True, fused_draw=True, fused_snake=True, fused_conv=True, pdl=True
-    )
+    assert Kernels.resolve(EngineConfig(), CUDA) == ALL_ON
 
 
 def test_each_setting_turns_its_kernels_off(capability) -> None:
     unfused = Kernels.resolve(EngineConfig(fuse_kernels=False), CUDA)
-    assert unfused == Kernels(fused_draw=True, fused_conv=True, pdl=True)
+    assert unfused == dataclasses.replace(ALL_ON, compiled=False, fused_layer=False, fused_snake=False)
     undrawn = Kernels.resolve(EngineConfig(fused_draw=False), CUDA)
-    assert undrawn == Kernels(compiled=True, fused_layer=True, fused_snake=True, fused_conv=True, pdl=True)
+    assert undrawn == dataclasses.replace(ALL_ON, fused_draw=False)
     cudnn = Kernels.resolve(EngineConfig(fused_conv=False), CUDA)
-    assert cudnn == Kernels(compiled=True, fused_layer=True, fused_draw=True, fused_snake=True, pdl=True)
-
-
-def test_the_window_kernel_on_trial_is_off_unless_asked(capability) -> None:
-    assert not Kernels.resolve(EngineConfig(), CUDA).fused_window
-    assert Kernels.resolve(EngineConfig(fused_window=True), CUDA).fused_window
-    assert not Kernels.resolve(EngineConfig(fused_window=True), torch.device("cpu")).fused_window
+    assert cudnn == dataclasses.replace(ALL_ON, fused_conv=False)
+    eager_window = Kernels.resolve(EngineConfig(fused_window=False), CUDA)
+    assert eager_window == dataclasses.replace(ALL_ON, fused_window=False)
 
 
 def test_pdl_needs_hopper_and_may_be_turned_off(capability, monkeypatch: pytest.MonkeyPatch) -> None:
