@@ -234,6 +234,9 @@ class EngineConfig:
     # On CUDA, the codec decoder's window attention (the carried window's gather, the new keys'
     # `cat`, SDPA and the window's write-back) as one Triton kernel per layer (engine.decoder_window).
     fused_window: bool = True
+    # With fused_conv, the activation after each residual unit's dilated conv in that conv's
+    # epilogue (engine.fused_conv), not a pass of its own. On trial: off until a GPU session measures it.
+    conv_snake: bool = False
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
     urgent_chunks: UrgentChunks = field(default_factory=UrgentChunks)

@@ -19,8 +19,9 @@ figure a CUDA graph of the work replayed (CUDA only; docs/log/2026-11.md, "The f
              256 x 8, 64 x 8 and 256 x 1 (rows x frames): ms and TFLOP/s at the default tiles
              (`fused_conv.tiles`); then conv-passes
   conv-sweep conv, and at 256 x 8 the best tile of a sweep for each conv
-  conv-passes only conv's decoder passes, one more arm with engine/kernels/decoder_window.py's
-             attention as well, and at 256 x 8 the kernels of each by GPU time
+  conv-passes only conv's decoder passes, more arms with engine/kernels/decoder_window.py's
+             attention as well, then with the activation in the conv's epilogue (conv_snake),
+             and at 256 x 8 the kernels of each by GPU time
 
 Usage: python scripts/bench_fused_layer.py MODE [--out FILE.json]
 """
@@ -509,8 +510,9 @@ def bench_conv(sweep: bool = False) -> list[dict]:
 
 
 def bench_decoder_passes() -> list[dict]:
-    """Graphed decoder passes with cuDNN's convs, with the fused ones, and with those and the
-    window attention kernel (cuDNN timing its candidates, as while the engine captures), each
+    """Graphed decoder passes with cuDNN's convs, with the fused ones, with those and the window
+    attention kernel, and with the activation in the conv's epilogue too (cuDNN timing its
+    candidates, as while the engine captures), each
     one's largest difference from the same decode in float32, and at 256 x 8 the GPU's kernels of
     one eager pass of each, by time."""
     torch.backends.cudnn.benchmark = True
@@ -518,14 +520,19 @@ def bench_decoder_passes() -> list[dict]:
     exact = copy.deepcopy(decoder).float()
     exact.prepare()
     Kernels().bind(exact)
-    arms = {"cudnn": (False, False), "fused": (True, False), "fused_window": (True, True)}
+    arms: dict[str, dict[str, bool]] = {
+        "cudnn": {"fused_conv": False},
+        "fused": {"fused_conv": True},
+        "fused_window": {"fused_conv": True, "fused_window": True},
+        "conv_snake": {"fused_conv": True, "fused_window": True, "conv_snake": True},
+    }
     rows_out: list[dict] = []
     for b, frames in ((1, 1), (1, 8), (64, 8), (256, 1), (256, 8)):
         codes = torch.randint(0, cfg.codebook_size, (b, frames, cfg.num_quantizers), device=DEVICE)
         want = exact.decode_step(codes, exact.new_state(b, DEVICE, torch.float32))
         row: dict[str, object] = {"rows": b, "frames": frames, "pass": "decoder"}
-        for name, (conv, window) in arms.items():
-            dataclasses.replace(kernels(), fused_conv=conv, fused_window=window).bind(decoder)
+        for name, arm in arms.items():
+            dataclasses.replace(kernels(), **arm).bind(decoder)
             state = decoder.new_state(b, DEVICE, DTYPE)
             got = decoder.decode_step(codes, state)
             row[f"{name}_max_diff"] = (got.float() - want).abs().max().item()

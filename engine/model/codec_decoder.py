@@ -282,18 +282,11 @@ def conv_time_major(conv: nn.Conv1d | nn.ConvTranspose1d, x: Tensor, with_bias: 
     return out[..., : conv.out_channels] if extra else out
 
 
-def conv_input(
-    x: Tensor, state: StateRows, slot: int, act: SnakeBeta | None, bias: Tensor | None = None
-) -> Tensor:
+def conv_input(x: Tensor, state: StateRows, slot: int, act: SnakeBeta | None) -> Tensor:
     """act(x) after the carried context of conv slot `slot` (-1: a conv without context) along
-    time; the context is updated to the last frames. `bias`: the previous conv's, still to be added
-    to x (only before an activation without context)."""
+    time; the context is updated to the last frames."""
     if slot < 0:
-        if act is None:
-            assert bias is None
-            return x
-        return act(x, bias)
-    assert bias is None
+        return x if act is None else act(x)
     context = state.conv(slot)
     full = torch.cat([context, x], dim=1) if act is None else act(x, context=context)
     state.set_conv(slot, full[:, -context.shape[1] :])
@@ -346,20 +339,25 @@ class CausalConv(nn.Module):
         x: Tensor,
         state: StateRows,
         act: SnakeBeta | None = None,
-        bias: Tensor | None = None,
-        with_bias: bool = True,
         residual: Tensor | None = None,
+        then: SnakeBeta | None = None,
     ) -> Tensor:
-        """`bias`: the previous conv's, for `act` to add; `with_bias=False`: leave this conv's to
-        the caller; `residual`: added to the output."""
-        full = conv_input(x, state, self.slot, act, bias)
+        """then(conv(act(x)) + residual): `residual` added to the output if given, and `then`, the
+        activation after the conv, if given. `then` takes the conv's bias into its own pass, or,
+        with `conv_snake` where the conv is the fused kernel, is that kernel's epilogue: one trip
+        over the largest tensor less either way."""
+        full = conv_input(x, state, self.slot, act)
         packed = fused_conv_weight(self, x, x.shape[0] * x.shape[1])
         if packed is not None:
             from voicewire.engine.kernels import fused_conv
 
-            return fused_conv.conv(full, packed, residual, with_bias)
-        out = conv_time_major(self.conv, full, with_bias)
-        return out if residual is None else residual + out
+            if then is not None and self.kernels.conv_snake:
+                return fused_conv.conv(full, packed, residual, act=fused_conv.Snake(then.alpha, then.beta))
+            out = fused_conv.conv(full, packed, residual, with_bias=then is None)
+        else:
+            out = conv_time_major(self.conv, full, with_bias=then is None)
+            out = out if residual is None else residual + out
+        return out if then is None else then(out, self.conv.bias)
 
 
 class CausalTransConv(nn.Module):
@@ -439,9 +437,8 @@ class ResidualUnit(nn.Module):
         self.conv2 = CausalConv(dim, dim, 1)
 
     def forward(self, x: Tensor, state: StateRows) -> Tensor:
-        # conv1's bias goes into act2's pass: one trip less over the block's largest tensor.
-        h = self.conv1(x, state, self.act1, with_bias=False)
-        return self.conv2(h, state, self.act2, bias=self.conv1.conv.bias, residual=x)
+        h = self.conv1(x, state, self.act1, then=self.act2)
+        return self.conv2(h, state, residual=x)
 
 
 class DecoderBlock(nn.Module):
