@@ -24,8 +24,18 @@ class Voice:
     ref_text: str | None = None  # Base in-context: transcript of the reference audio
 
     def __post_init__(self) -> None:
-        # Whatever array-like the caller gave (a list, a tensor on the CPU), as the engine reads it.
+        # Whatever array-like the caller gave (a list, a tensor), as the engine reads it.
         if self.xvector is not None:
-            self.xvector = np.ascontiguousarray(self.xvector, dtype=np.float32)
+            self.xvector = _array(self.xvector, np.float32)
         if self.ref_codes is not None:
-            self.ref_codes = np.ascontiguousarray(self.ref_codes, dtype=np.int64)
+            self.ref_codes = _array(self.ref_codes, np.int64)
+
+
+def _array(value: object, dtype: type[np.generic]) -> np.ndarray:
+    """`value` as a contiguous host array of `dtype`. A tensor (on a GPU, or needing grad, as a
+    speaker encoder's output may be) is detached and copied to the host first: NumPy takes
+    neither, and this module must not import PyTorch to know one."""
+    detach, cpu = getattr(value, "detach", None), getattr(value, "cpu", None)
+    if callable(detach) and callable(cpu):
+        value = value.detach().cpu()  # type: ignore[attr-defined]
+    return np.ascontiguousarray(value, dtype=dtype)

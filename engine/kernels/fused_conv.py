@@ -59,10 +59,11 @@ class ConvWeight:
 
 
 def pack(weight: Tensor, bias: Tensor | None, dilation: int) -> ConvWeight:
-    """A Conv1d's weight [C_out, C_in, K] (stride 1) for `conv`."""
+    """A Conv1d's weight [C_out, C_in, K] (stride 1) for `conv`. Detached: a module's parameters
+    packed outside inference mode would otherwise keep autograd's graph of the copy."""
     c_out, c_in, taps = weight.shape
-    packed = weight.permute(2, 1, 0).reshape(taps * c_in, c_out).contiguous()
-    return ConvWeight(packed, None if bias is None else bias.contiguous(), taps, dilation)
+    packed = weight.detach().permute(2, 1, 0).reshape(taps * c_in, c_out).contiguous()
+    return ConvWeight(packed, None if bias is None else bias.detach().contiguous(), taps, dilation)
 
 
 def pack_transposed(weight: Tensor, bias: Tensor | None, stride: int) -> ConvWeight:
@@ -70,7 +71,9 @@ def pack_transposed(weight: Tensor, bias: Tensor | None, stride: int) -> ConvWei
     a conv with stride * C_out outputs, output column r * C_out + c being sample r of the frame's
     stride samples, channel c. With K = 2 * stride it has two taps: tap 0 reads the frame before
     (kernel columns stride..2*stride-1), tap 1 the frame itself (columns 0..stride-1); with
-    K = stride, one."""
+    K = stride, one. Detached, as `pack`."""
+    weight = weight.detach()
+    bias = None if bias is None else bias.detach()
     c_in, c_out, kernel = weight.shape
     if kernel not in (stride, 2 * stride):
         raise ValueError(f"pack_transposed: kernel {kernel} is neither the stride {stride} nor twice it")

@@ -19,6 +19,12 @@ def test_a_voice_holds_float32_and_int64_arrays_whatever_it_was_given() -> None:
     from_tensor = Voice(xvector=torch.arange(4, dtype=torch.float64))
     assert from_tensor.xvector is not None and from_tensor.xvector.dtype == np.float32
     assert from_tensor.xvector.tolist() == [0.0, 1.0, 2.0, 3.0]
+    # A speaker encoder's output as it comes, still in autograd's graph (NumPy refuses it, as it
+    # refuses a GPU tensor; both are copied to the host).
+    encoded = torch.ones(3, requires_grad=True) * 0.5
+    assert Voice(xvector=encoded).xvector.tolist() == [0.5, 0.5, 0.5]  # type: ignore[union-attr]
+    codes = torch.full((2, 16), 7, dtype=torch.int32)
+    assert Voice(ref_codes=codes).ref_codes.dtype == np.int64  # type: ignore[union-attr]
     assert Voice(speaker="ryan").xvector is None
 
 

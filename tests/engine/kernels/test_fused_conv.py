@@ -88,6 +88,15 @@ def test_transposed_conv_equals_the_decoders_cut(stride: int, kernel: int, frame
     torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5)
 
 
+def test_packed_weights_are_detached_from_the_modules_parameters() -> None:
+    conv, trans = torch.nn.Conv1d(16, 16, 3), torch.nn.ConvTranspose1d(16, 16, 4, stride=2)
+    for packed in (
+        fused_conv.pack(conv.weight, conv.bias, 1),
+        fused_conv.pack_transposed(trans.weight, trans.bias, 2),
+    ):
+        assert not packed.weight.requires_grad and packed.bias is not None and not packed.bias.requires_grad
+
+
 def test_pack_transposed_refuses_other_kernels() -> None:
     with pytest.raises(ValueError, match="neither the stride"):
         fused_conv.pack_transposed(torch.zeros(16, 8, 5), None, 2)
