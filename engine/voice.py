@@ -35,7 +35,7 @@ def _array(value: object, dtype: type[np.generic]) -> np.ndarray:
     """`value` as a contiguous host array of `dtype`. A tensor (on a GPU, or needing grad, as a
     speaker encoder's output may be) is detached and copied to the host first: NumPy takes
     neither, and this module must not import PyTorch to know one."""
-    detach, cpu = getattr(value, "detach", None), getattr(value, "cpu", None)
-    if callable(detach) and callable(cpu):
-        value = value.detach().cpu()  # type: ignore[attr-defined]
+    detach = getattr(value, "detach", None)
+    if callable(detach):
+        value = detach().cpu()
     return np.ascontiguousarray(value, dtype=dtype)

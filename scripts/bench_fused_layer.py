@@ -512,9 +512,8 @@ def bench_conv(sweep: bool = False) -> list[dict]:
 def bench_decoder_passes() -> list[dict]:
     """Graphed decoder passes with cuDNN's convs, with the fused ones, with those and the window
     attention kernel, and with the activation in the conv's epilogue too (cuDNN timing its
-    candidates, as while the engine captures), each
-    one's largest difference from the same decode in float32, and at 256 x 8 the GPU's kernels of
-    one eager pass of each, by time."""
+    candidates, as while the engine captures), each one's largest difference from the same decode
+    in float32, and at 256 x 8 the GPU's kernels of one eager pass of each, by time."""
     torch.backends.cudnn.benchmark = True
     decoder, cfg = real_decoder()
     exact = copy.deepcopy(decoder).float()
