@@ -115,34 +115,21 @@ def _snake_launches() -> list[tuple]:
 def _conv_launches() -> list[tuple]:
     """The codec decoder's conv kernel (no PDL: cuDNN's convs and the activation surround it) in
     each of `fused_conv.tiles`' tiles, at 0.6B decoder shapes in bfloat16: (input channels, output
-    channels, taps, with a residual, with the activation after); and in float32 (its dot in IEEE
-    precision, the activation's precise sine)."""
+    channels, taps, with a residual); and once in float32 (its dot in IEEE precision)."""
     from voicewire.engine.kernels import fused_conv
 
     found = []
-    shapes = [
-        (96, 96, 7, False, False),
-        (192, 192, 1, True, False),
-        (384, 384, 1, True, False),
-        (384, 384, 7, False, False),
-        (768, 768, 7, False, True),
-    ]
-    for dtype, (c_in, c_out, taps, residual, act) in [(torch.bfloat16, s) for s in shapes] + [
-        (torch.bfloat16, (1536, 6144, 2, False, False)),
-        (torch.float32, (768, 768, 7, False, False)),
-        (torch.float32, (96, 96, 7, False, True)),
+    shapes = [(96, 96, 7, False), (192, 192, 1, True), (384, 384, 1, True), (384, 384, 7, False)]
+    for dtype, (c_in, c_out, taps, residual) in [(torch.bfloat16, s) for s in shapes] + [
+        (torch.bfloat16, (1536, 6144, 2, False)),
+        (torch.float32, (768, 768, 7, False)),
     ]:
         packed = fused_conv.pack(
             torch.zeros(c_out, c_in, taps, dtype=dtype), torch.zeros(c_out, dtype=dtype), 3
         )
         x = torch.zeros(4, packed.context + 256, c_in, dtype=dtype)
         res = torch.zeros(4, 256, c_out, dtype=dtype) if residual else None
-        snake = (
-            fused_conv.Snake(torch.zeros(c_out, dtype=dtype), torch.zeros(c_out, dtype=dtype))
-            if act
-            else None
-        )
-        found += recorded(fused_conv, "_conv_kernel", fused_conv.conv, x, packed, res, act=snake)
+        found += recorded(fused_conv, "_conv_kernel", fused_conv.conv, x, packed, res)
     return found
 
 

@@ -47,19 +47,15 @@ class Kernels:
     fused_conv: bool = False  # the codec decoder's dense convs as Triton implicit GEMMs (engine.fused_conv)
     # The codec decoder's window attention in one Triton kernel per layer (engine.decoder_window).
     fused_window: bool = False
-    # The activation after each residual unit's dilated conv in that conv's epilogue, where the
-    # conv runs as engine.fused_conv's kernel.
-    conv_snake: bool = False
     pdl: bool = False  # Triton kernels launch with programmatic dependent launch (engine.pdl)
 
     @classmethod
     def resolve(cls, config: EngineConfig, device: torch.device) -> Kernels:
         """The engine's kernels on `device`: on CUDA, `fuse_kernels` turns on the compiled pieces,
         the fused layer and the activation kernel, `fused_draw` the draw kernel, `fused_conv` the
-        decoder's conv kernel, `conv_snake` with `fused_conv` that kernel's activation epilogue,
-        `fused_window` its attention kernel, and programmatic
-        dependent launch is on for Hopper and later unless VOICEWIRE_PDL=0 or Triton runs
-        interpreted (TRITON_INTERPRET). Elsewhere everything is off."""
+        decoder's conv kernel, `fused_window` its attention kernel, and programmatic dependent
+        launch is on for Hopper and later unless VOICEWIRE_PDL=0 or Triton runs interpreted
+        (TRITON_INTERPRET). Elsewhere everything is off."""
         if device.type != "cuda":
             return cls()
         fuse = config.fuse_kernels
@@ -69,7 +65,6 @@ class Kernels:
             fused_draw=config.fused_draw,
             fused_conv=config.fused_conv,
             fused_window=config.fused_window,
-            conv_snake=config.fused_conv and config.conv_snake,
             fused_snake=fuse,
             pdl=_pdl_wanted() and pdl_supported(device),
         )

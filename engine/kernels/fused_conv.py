@@ -3,9 +3,7 @@
 Every dense conv of the decoder reads a time-major input [B, context + T, C_in] (the carried
 context, then the new frames, as `fused_snake` writes them) and writes [B, T, C_out]:
 
-    out[b, t] = act( sum over taps k of  x[b, t + k * dilation] @ W_k   (+ bias) (+ residual[b, t]) )
-
-with `act` a SnakeBeta or nothing.
+    out[b, t] = sum over taps k of  x[b, t + k * dilation] @ W_k   (+ bias) (+ residual[b, t])
 
 In the time-major layout a tap's input tile is a block of whole rows shifted by k * dilation, so
 one GEMM over the taps times the input channels needs no unfolded copy. The transposed convs
@@ -15,10 +13,8 @@ per frame are the s samples of [B, T*s, C_out] (`pack_transposed`).
 
 cuDNN ran these convs at about 180-190 TFLOP/s of an H200's ~990 bf16 (docs/log/2026-11.md,
 "Where a frame's GPU time goes"), and its bias and the residual adds were passes of their own over
-the decoder's largest tensors; here both are the GEMM's epilogue. So, on trial (`Kernels.conv_snake`),
-is the activation after a residual unit's dilated conv, whose output nothing else reads: a pass
-over the unit's tensor less. Accumulation and the epilogue are float32; the output is rounded once,
-to the input's dtype.
+the decoder's largest tensors; here both are the GEMM's epilogue. Accumulation and the epilogue
+are float32; the output is rounded once, to the input's dtype.
 """
 
 from __future__ import annotations
@@ -30,8 +26,6 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-
-from voicewire.engine.kernels import fused_snake
 
 
 @dataclass(frozen=True)
@@ -135,22 +129,12 @@ def processors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-@dataclass(frozen=True)
-class Snake:
-    """A SnakeBeta for the epilogue: its per-channel log alpha and log beta [C_out]."""
-
-    log_alpha: Tensor
-    log_beta: Tensor
-
-
 @triton.jit
 def _conv_kernel(
     x_ptr,
     w_ptr,
     bias_ptr,
     res_ptr,
-    log_alpha_ptr,
-    log_beta_ptr,
     out_ptr,
     M,
     T,
@@ -164,8 +148,6 @@ def _conv_kernel(
     TAPS: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_RES: tl.constexpr,
-    HAS_ACT: tl.constexpr,
-    FAST_SIN: tl.constexpr,
     IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -208,9 +190,6 @@ def _conv_kernel(
     if HAS_RES:
         res_at = row * res_row_stride + (ms % T).to(tl.int64) * res_time_stride
         acc += tl.load(res_ptr + res_at[:, None] + ns[None, :], mask=both).to(tl.float32)
-    if HAS_ACT:
-        # Channels past C_OUT (a partial tile) read channel 0's factors; their outputs are masked.
-        acc = fused_snake.snake_tile(acc, log_alpha_ptr, log_beta_ptr, tl.where(in_n, ns, 0), FAST_SIN)
     out_at = ms.to(tl.int64)[:, None] * C_OUT + ns[None, :]
     tl.store(out_ptr + out_at, acc.to(out_ptr.dtype.element_ty), mask=both)
 
@@ -221,18 +200,18 @@ def conv(
     residual: Tensor | None = None,
     with_bias: bool = True,
     at: Tiles | None = None,
-    act: Snake | None = None,
 ) -> Tensor:
     """The conv `w` over time-major x [B, w.context + T, C_in] (context first): a new contiguous
-    [B, T, C_out], plus `residual` [B, T, C_out] if given, through `act` if given. `with_bias=False`
-    leaves out the bias (for the caller's next pass to add). x and residual need a contiguous
-    channel dim; their rows and times may be strided. `at`: the tile, in place of `tiles`'
-    (benchmarks).
+    [B, T, C_out], plus `residual` [B, T, C_out] if given. `with_bias=False` leaves out the bias
+    (for the caller's next pass to add). x and residual need a contiguous channel dim; their rows
+    and times may be strided. `at`: the tile, in place of `tiles`' (benchmarks).
 
     The activation before a 1x1 conv stays a pass of its own (`fused_snake`): made in this
     kernel's loads instead, it took a 256 x 8 decoder pass from 39.4 to 40.4 ms on an H200 (the
     convs 4.8 ms longer, the activations 2.4 ms shorter: the loads no longer overlap the tensor
-    cores' work)."""
+    cores' work). Nor is the activation after a conv (session 57's `conv_snake`): as this kernel's
+    epilogue, once per output, it took a 256 x 8 pass from 35.3 to 36.8 ms (the convs it ended
+    4.5 ms longer, the activations 2.5 ms shorter; docs/log/2026-11.md, session 58)."""
     b, length, c_in = x.shape
     t = length - w.context
     if c_in != w.in_channels or x.stride(2) != 1:
@@ -243,12 +222,6 @@ def conv(
         raise ValueError(f"conv: x has {length} frames, fewer than the context {w.context}")
     if residual is not None and (residual.shape != (b, t, w.out_channels) or residual.stride(2) != 1):
         raise ValueError(f"conv: residual {tuple(residual.shape)} is not [{b}, {t}, {w.out_channels}]")
-    if act is not None and not (
-        act.log_alpha.shape == act.log_beta.shape == (w.out_channels,)
-        and act.log_alpha.is_contiguous()
-        and act.log_beta.is_contiguous()
-    ):
-        raise ValueError(f"conv: the activation's alpha and beta must be contiguous [{w.out_channels}]")
     out = torch.empty(b, t, w.out_channels, device=x.device, dtype=x.dtype)
     rows = b * t
     if rows == 0:
@@ -261,8 +234,6 @@ def conv(
         w.weight,
         bias if bias is not None else w.weight,
         residual if residual is not None else x,
-        act.log_alpha if act is not None else w.weight,
-        act.log_beta if act is not None else w.weight,
         out,
         rows,
         t,
@@ -276,8 +247,6 @@ def conv(
         TAPS=w.taps,
         HAS_BIAS=bias is not None,
         HAS_RES=residual is not None,
-        HAS_ACT=act is not None,
-        FAST_SIN=fused_snake.takes_fast_sine(x.dtype),
         IEEE=x.dtype == torch.float32,
         BLOCK_M=at.block_m,
         BLOCK_N=at.block_n,

@@ -343,16 +343,13 @@ class CausalConv(nn.Module):
         then: SnakeBeta | None = None,
     ) -> Tensor:
         """then(conv(act(x)) + residual): `residual` added to the output if given, and `then`, the
-        activation after the conv, if given. `then` takes the conv's bias into its own pass, or,
-        with `conv_snake` where the conv is the fused kernel, is that kernel's epilogue: one trip
-        over the largest tensor less either way."""
+        activation after the conv, if given. `then` takes the conv's bias into its own pass: one
+        trip over the largest tensor less."""
         full = conv_input(x, state, self.slot, act)
         packed = fused_conv_weight(self, x, x.shape[0] * x.shape[1])
         if packed is not None:
             from voicewire.engine.kernels import fused_conv
 
-            if then is not None and self.kernels.conv_snake:
-                return fused_conv.conv(full, packed, residual, act=fused_conv.Snake(then.alpha, then.beta))
             out = fused_conv.conv(full, packed, residual, with_bias=then is None)
         else:
             out = conv_time_major(self.conv, full, with_bias=then is None)

@@ -7,7 +7,7 @@ size is reached (small first chunk, larger later), or until a segment end, flush
 them. A round decodes every due chunk in shared passes, one per graphed frame count (8, 4, 2, 1).
 With `UrgentChunks`, a round decodes the chunks of listeners short of audio first, and at most so
 many of the others; with `join_waiting`, the chunks of listeners waiting now (a new stream's
-first, or one run dry) that come due while it runs join its next pass. On CUDA the decoder runs
+first, or one run dry) that come due early in it join its next pass. On CUDA the decoder runs
 above the talker's stream priority.
 """
 
@@ -143,6 +143,7 @@ class DecoderStage:
         self._held: deque[tuple] = deque()
         self._in_round: set[int] = set()  # the streams with a chunk in the round that runs
         self._joined = 0  # chunks that joined it
+        self._round_started = 0.0  # time.monotonic() as it began
 
     @property
     def open_streams(self) -> int:
@@ -283,7 +284,7 @@ class DecoderStage:
             bulk = sorted(bulk, key=lambda item: item[:2])[: self.urgent.bulk_rows]
         # A marked stream too: its mark is delivered after the round, so its drop waits for that.
         self._in_round = {item[-2].stream.id for item in (*urgent, *bulk)} | {d.stream.id for d in marked}
-        self._joined = 0
+        self._joined, self._round_started = 0, now
         self._decode([self._take(decoding, n) for _, decoding, n in urgent])
         self._decode([self._take(decoding, n) for _, _, decoding, n in bulk])
         self._in_round = set()
@@ -308,7 +309,7 @@ class DecoderStage:
         present rather than one per count per chunk size. Smallest pieces first: first chunks and
         drains, which listeners are waiting for, come out in the first pass."""
         while due:
-            if self.urgent.join_waiting:
+            if self.urgent.join_waiting and time.monotonic() - self._round_started < self.urgent.join_for_s:
                 due += self._join_waiting()
             size = min(chunk.pieces[0] for chunk in due)
             riders = [chunk for chunk in due if chunk.pieces[0] == size]
@@ -336,7 +337,8 @@ class DecoderStage:
         """Between a round's passes: chunks that came due since it began, of listeners waiting now
         (a new stream's first, or one run dry), to ride in its next pass instead of waiting for its
         end, up to a round's length (session 53: rounds of 83 ms p50 at 256 busy streams, a first
-        chunk 70 ms behind its first frame). Only streams whose frames came meanwhile, so those
+        chunk 70 ms behind its first frame). Only in its first `join_for_s`: each joiner can add
+        passes, and the next chunks of the streams in the round wait for its end. Only streams whose frames came meanwhile, so those
         the round's caps left out stay out, and one chunk a stream a round: session 32's version,
         which let in every chunk short of `in_hand_s` between passes (no caps then), made first
         chunks later on every figure (docs/log/2026-11.md, "Urgent chunks and the decoder's

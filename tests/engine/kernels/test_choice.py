@@ -40,7 +40,7 @@ def test_everything_is_off_on_a_cpu() -> None:
     """Whatever the settings say: Triton kernels and compiled pieces are for CUDA engines."""
     config = EngineConfig(fuse_kernels=True, fused_draw=True)
     assert Kernels.resolve(config, torch.device("cpu")) == Kernels()
-    assert Kernels() == Kernels(*[False] * len(dataclasses.fields(Kernels)))
+    assert Kernels() == Kernels(False, False, False, False, False, False, False)
 
 
 ALL_ON = Kernels(
@@ -67,14 +67,6 @@ def test_each_setting_turns_its_kernels_off(capability) -> None:
     assert cudnn == dataclasses.replace(ALL_ON, fused_conv=False)
     eager_window = Kernels.resolve(EngineConfig(fused_window=False), CUDA)
     assert eager_window == dataclasses.replace(ALL_ON, fused_window=False)
-
-
-def test_the_conv_epilogues_activation_on_trial_needs_asking_and_the_conv_kernel(capability) -> None:
-    assert Kernels.resolve(EngineConfig(conv_snake=True), CUDA) == dataclasses.replace(
-        ALL_ON, conv_snake=True
-    )
-    assert not Kernels.resolve(EngineConfig(conv_snake=True, fused_conv=False), CUDA).conv_snake
-    assert Kernels.resolve(EngineConfig(conv_snake=True), torch.device("cpu")) == Kernels()
 
 
 def test_pdl_needs_hopper_and_may_be_turned_off(capability, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,13 +1,12 @@
 """The decoder's conv kernel gives what PyTorch's convs give: dilated causal convs over a carried
-context, transposed convs cut as the decoder cuts them, with bias, residual and the activation
-after. On a GPU it runs compiled; without one, in Triton's interpreter on CPU tensors (see
+context, transposed convs cut as the decoder cuts them, with bias and residual. On a GPU it runs compiled; without one, in Triton's interpreter on CPU tensors (see
 conftest). The decoder with the kernel chosen is tested on a GPU only, where it runs."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from voicewire.engine.kernels import fused_conv, pointwise
+from voicewire.engine.kernels import fused_conv
 from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model import codec_decoder
 from voicewire.engine.model import random_checkpoint as checkpoints
@@ -25,51 +24,25 @@ def _randn(*shape: int, seed: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(
-    ("rows", "frames", "c_in", "c_out", "taps", "dilation", "residual", "with_bias", "act"),
+    ("rows", "frames", "c_in", "c_out", "taps", "dilation", "residual", "with_bias"),
     [
-        (
-            3,
-            10,
-            32,
-            48,
-            7,
-            3,
-            True,
-            True,
-            False,
-        ),  # a residual unit's dilated conv; C_out not a tile's multiple
-        (2, 37, 96, 96, 7, 9, False, False, False),  # 96 channels (32 a step), a long context, no bias
-        (1, 5, 64, 200, 3, 1, False, True, False),  # the pre-conv's three taps; rows of one stream
-        (4, 1, 16, 16, 1, 1, True, True, False),  # a 1x1 conv into the residual stream, one frame
-        (3, 10, 32, 48, 7, 3, False, True, True),  # the dilated conv with the activation after it
-        (2, 6, 16, 200, 1, 1, True, True, True),  # and after a residual; a partial channel tile
+        (3, 10, 32, 48, 7, 3, True, True),  # a residual unit's dilated conv; C_out not a tile's multiple
+        (2, 37, 96, 96, 7, 9, False, False),  # 96 channels (32 a step), a long context, no bias
+        (1, 5, 64, 200, 3, 1, False, True),  # the pre-conv's three taps; rows of one stream
+        (4, 1, 16, 16, 1, 1, True, True),  # a 1x1 conv into the residual stream, one frame
     ],
 )
 def test_conv_equals_torch_conv1d(
-    rows: int,
-    frames: int,
-    c_in: int,
-    c_out: int,
-    taps: int,
-    dilation: int,
-    residual: bool,
-    with_bias: bool,
-    act: bool,
+    rows: int, frames: int, c_in: int, c_out: int, taps: int, dilation: int, residual: bool, with_bias: bool
 ) -> None:
     context = (taps - 1) * dilation
     # x a time slice of a longer tensor, as the decoder's inputs may be: strided rows.
     x = _randn(rows, context + frames + 2, c_in, seed=frames)[:, 1 : 1 + context + frames]
     weight, bias = _randn(c_out, c_in, taps, seed=1) / (c_in * taps) ** 0.5, _randn(c_out, seed=2)
     res = _randn(rows, frames, c_out, seed=3) if residual else None
-    # Log factors as trained decoders have them: alpha's sines of a few periods, beta's gains near 1.
-    snake = fused_conv.Snake(_randn(c_out, seed=4) * 0.5 + 1.0, _randn(c_out, seed=5) * 0.3)
-    got = fused_conv.conv(
-        x, fused_conv.pack(weight, bias, dilation), res, with_bias, act=snake if act else None
-    )
+    got = fused_conv.conv(x, fused_conv.pack(weight, bias, dilation), res, with_bias)
     want = F.conv1d(_exact(x).mT, _exact(weight), _exact(bias) if with_bias else None, dilation=dilation).mT
     want = want + _exact(res) if res is not None else want
-    if act:
-        want = pointwise.snake_beta(want, _exact(snake.log_alpha), _exact(snake.log_beta))
     assert got.shape == (rows, frames, c_out) and got.is_contiguous()
     torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5)
 
@@ -111,8 +84,6 @@ def test_bad_inputs_get_clear_errors() -> None:
         fused_conv.conv(x, packed, residual=torch.zeros(1, 3, 16, device=DEVICE))
     with pytest.raises(ValueError, match="not a multiple of 16"):
         fused_conv.conv(torch.zeros(1, 4, 8), fused_conv.pack(torch.zeros(16, 8, 1), None, 1))
-    with pytest.raises(ValueError, match="alpha and beta must be"):
-        fused_conv.conv(x, packed, act=fused_conv.Snake(torch.zeros(8), torch.zeros(8)))
 
 
 def test_tiles_divide_the_input_channels_and_few_rows_stay_with_cudnn() -> None:
@@ -128,11 +99,9 @@ def test_tiles_divide_the_input_channels_and_few_rows_stay_with_cudnn() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the decoder takes the kernel on CUDA only")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("conv_snake", [False, True])
-def test_decoder_with_the_kernel_on_cuda(dtype: torch.dtype, conv_snake: bool) -> None:
+def test_decoder_with_the_kernel_on_cuda(dtype: torch.dtype) -> None:
     """The real-size decoder with the kernel against it without: in float32 the same samples, also
-    when decoded in two steps; in bfloat16 no further from a float32 decode than cuDNN's convs.
-    With `conv_snake`, the residual units' second activations in the dilated convs' epilogue."""
+    when decoded in two steps; in bfloat16 no further from a float32 decode than cuDNN's convs."""
     cfg = codec_decoder.CodecDecoderConfig.from_dict(checkpoints.codec_decoder_config("0.6b"))
     decoder = codec_decoder.CodecDecoder(cfg)
     codec_decoder.random_init_(decoder, torch.Generator().manual_seed(0))
@@ -146,7 +115,7 @@ def test_decoder_with_the_kernel_on_cuda(dtype: torch.dtype, conv_snake: bool) -
             model.load_state_dict(exact.state_dict())
             model = model.to(DEVICE, dtype).eval()
             model.prepare()
-        Kernels(fused_conv=True, conv_snake=conv_snake).bind(model)
+        Kernels(fused_conv=True).bind(model)
         state = model.new_state(64, DEVICE, dtype)
         got = torch.cat([model.decode_step(codes[:, :3], state), model.decode_step(codes[:, 3:], state)], 1)
         assert any(m.packed is not None for m in model.modules() if hasattr(m, "packed"))

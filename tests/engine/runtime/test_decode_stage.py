@@ -361,6 +361,25 @@ def test_a_new_stream_s_first_chunk_joins_the_round_in_flight(
     )
 
 
+def test_a_round_takes_joiners_only_early_on(tiny_models, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first frame that comes due once the round has run `join_for_s` (0.05 s; the clock moves
+    to 0.06 s in as its first pass starts) waits for the next round: joiners add passes, and the
+    next chunks of the streams in the round wait for its end."""
+    model = tiny_models["custom_voice"]
+
+    def during(stage, streams, feed) -> None:
+        later = SimpleNamespace(monotonic=lambda: 100.06)
+        monkeypatch.setattr(decode_stage_module, "time", later)
+        stage.open(streams["new"], None)
+        feed("new")
+
+    stage, calls, heard, _, codes = _round_in_flight(model, monkeypatch, during)
+    assert calls == [(["running"], 1), (["running"], 4), (["running"], 8), (["new"], 1)]
+    assert [name for name, _ in heard] == ["running", "new"]
+    assert stage.metrics.registry.get_sample_value("voicewire_engine_decode_round_joined_sum") == 0
+    np.testing.assert_allclose(dict(heard)["new"], _whole(model, codes["new"][:1]), atol=1e-5)
+
+
 def test_a_drop_during_a_round_waits_for_its_end_only_for_a_stream_in_it(
     tiny_models, monkeypatch: pytest.MonkeyPatch
 ) -> None:
