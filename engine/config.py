@@ -240,6 +240,10 @@ class EngineConfig:
     # On CUDA, the codec decoder's window attention (the carried window's gather, the new keys'
     # `cat`, SDPA and the window's write-back) as one Triton kernel per layer (engine.decoder_window).
     fused_window: bool = True
+    # With fused_conv, each residual unit of the decoder's narrowest block (96 channels) as one
+    # kernel (engine.fused_conv.unit): its dilated conv, the activation and the 1x1 conv with the
+    # residual. On trial: off until a GPU session measures it.
+    fused_unit: bool = False
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
     urgent_chunks: UrgentChunks = field(default_factory=UrgentChunks)

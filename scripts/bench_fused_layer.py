@@ -19,8 +19,9 @@ figure a CUDA graph of the work replayed (CUDA only; docs/log/2026-11.md, "The f
              256 x 8, 64 x 8 and 256 x 1 (rows x frames): ms and TFLOP/s at the default tiles
              (`fused_conv.tiles`); then conv-passes
   conv-sweep conv, and at 256 x 8 the best tile of a sweep for each conv
-  conv-passes only conv's decoder passes, one more arm with engine/kernels/decoder_window.py's
-             attention as well, and at 256 x 8 the kernels of each by GPU time
+  conv-passes only conv's decoder passes, more arms with engine/kernels/decoder_window.py's
+             attention as well, then with the 96-channel residual units as one kernel each
+             (fused_unit), and at 256 x 8 the kernels of each by GPU time
 
 Usage: python scripts/bench_fused_layer.py MODE [--out FILE.json]
 """
@@ -509,10 +510,10 @@ def bench_conv(sweep: bool = False) -> list[dict]:
 
 
 def bench_decoder_passes() -> list[dict]:
-    """Graphed decoder passes with cuDNN's convs, with the fused ones, and with those and the
-    window attention kernel (cuDNN timing its candidates, as while the engine captures), each one's
-    largest difference from the same decode in float32, and at 256 x 8 the GPU's kernels of one
-    eager pass of each, by time."""
+    """Graphed decoder passes with cuDNN's convs, with the fused ones, with those and the window
+    attention kernel, and with the narrow residual units as one kernel each too (cuDNN timing its
+    candidates, as while the engine captures), each one's largest difference from the same decode
+    in float32, and at 256 x 8 the GPU's kernels of one eager pass of each, by time."""
     torch.backends.cudnn.benchmark = True
     decoder, cfg = real_decoder()
     exact = copy.deepcopy(decoder).float()
@@ -522,6 +523,7 @@ def bench_decoder_passes() -> list[dict]:
         "cudnn": {"fused_conv": False},
         "fused": {"fused_conv": True},
         "fused_window": {"fused_conv": True, "fused_window": True},
+        "fused_unit": {"fused_conv": True, "fused_window": True, "fused_unit": True},
     }
     rows_out: list[dict] = []
     for b, frames in ((1, 1), (1, 8), (64, 8), (256, 1), (256, 8)):

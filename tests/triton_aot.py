@@ -3,7 +3,7 @@
 The CPU tests run the kernels in Triton's interpreter, which checks their arithmetic but not that
 the GPU compiler takes them (types that differ between branches, unsupported ops). Here each
 wrapper (`fused_draw.draw`, `fused_layer.gemv`, `fused_layer.attend`, `fused_snake.snake_beta`,
-`fused_conv.conv`, `decoder_window.attend`) is called on CPU tensors of
+`fused_conv.conv`, `fused_conv.unit`, `decoder_window.attend`) is called on CPU tensors of
 the engine's shapes with its kernel swapped for a recorder, and each recorded launch is compiled
 ahead of time to a cubin, with the argument types and constants the wrapper passed.
 
@@ -130,6 +130,13 @@ def _conv_launches() -> list[tuple]:
         x = torch.zeros(4, packed.context + 256, c_in, dtype=dtype)
         res = torch.zeros(4, 256, c_out, dtype=dtype) if residual else None
         found += recorded(fused_conv, "_conv_kernel", fused_conv.conv, x, packed, res)
+    # A 96-channel residual unit in one kernel (fused_unit): bfloat16 (the fast sine) and float32.
+    for dtype in (torch.bfloat16, torch.float32):
+        first = fused_conv.pack(torch.zeros(96, 96, 7, dtype=dtype), torch.zeros(96, dtype=dtype), 9)
+        second = fused_conv.pack(torch.zeros(96, 96, 1, dtype=dtype), torch.zeros(96, dtype=dtype), 1)
+        snake = fused_conv.Snake(torch.zeros(96, dtype=dtype), torch.zeros(96, dtype=dtype))
+        x, res = torch.zeros(4, 54 + 256, 96, dtype=dtype), torch.zeros(4, 256, 96, dtype=dtype)
+        found += recorded(fused_conv, "_unit_kernel", fused_conv.unit, x, first, snake, second, res)
     return found
 
 

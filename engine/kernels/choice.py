@@ -47,13 +47,17 @@ class Kernels:
     fused_conv: bool = False  # the codec decoder's dense convs as Triton implicit GEMMs (engine.fused_conv)
     # The codec decoder's window attention in one Triton kernel per layer (engine.decoder_window).
     fused_window: bool = False
+    # The decoder's narrowest residual units in one kernel each, where their convs run as
+    # engine.fused_conv's kernel (engine.fused_conv.unit).
+    fused_unit: bool = False
     pdl: bool = False  # Triton kernels launch with programmatic dependent launch (engine.pdl)
 
     @classmethod
     def resolve(cls, config: EngineConfig, device: torch.device) -> Kernels:
         """The engine's kernels on `device`: on CUDA, `fuse_kernels` turns on the compiled pieces,
         the fused layer and the activation kernel, `fused_draw` the draw kernel, `fused_conv` the
-        decoder's conv kernel, `fused_window` its attention kernel, and programmatic dependent
+        decoder's conv kernel, `fused_unit` with `fused_conv` its narrow residual units as one
+        kernel each, `fused_window` its attention kernel, and programmatic dependent
         launch is on for Hopper and later unless VOICEWIRE_PDL=0 or Triton runs interpreted
         (TRITON_INTERPRET). Elsewhere everything is off."""
         if device.type != "cuda":
@@ -65,6 +69,7 @@ class Kernels:
             fused_draw=config.fused_draw,
             fused_conv=config.fused_conv,
             fused_window=config.fused_window,
+            fused_unit=config.fused_conv and config.fused_unit,
             fused_snake=fuse,
             pdl=_pdl_wanted() and pdl_supported(device),
         )

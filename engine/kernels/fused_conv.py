@@ -14,7 +14,9 @@ per frame are the s samples of [B, T*s, C_out] (`pack_transposed`).
 cuDNN ran these convs at about 180-190 TFLOP/s of an H200's ~990 bf16 (docs/log/2026-11.md,
 "Where a frame's GPU time goes"), and its bias and the residual adds were passes of their own over
 the decoder's largest tensors; here both are the GEMM's epilogue. Accumulation and the epilogue
-are float32; the output is rounded once, to the input's dtype.
+are float32; the output is rounded once, to the input's dtype. `unit` runs a whole residual unit
+of the narrowest block (dilated conv, activation, 1x1 conv and residual) as one kernel (on trial,
+`Kernels.fused_unit`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from voicewire.engine.kernels import fused_snake
 
 
 @dataclass(frozen=True)
@@ -252,6 +256,149 @@ def conv(
         BLOCK_N=at.block_n,
         BLOCK_K=at.block_k,
         GROUP_M=8,
+        num_warps=at.warps,
+        num_stages=at.stages,
+    )
+    return out
+
+
+# Residual units this wide take `unit`: one tile then holds every output channel, and the 1x1
+# conv's weight (padded to the tile) is a 32 KiB operand of the second dot.
+UNIT_CHANNELS = 128
+
+
+@dataclass(frozen=True)
+class Snake:
+    """A SnakeBeta as `unit` applies it: its per-channel log alpha and log beta [C]."""
+
+    log_alpha: Tensor
+    log_beta: Tensor
+
+
+@triton.jit
+def _unit_kernel(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    log_alpha_ptr,
+    log_beta_ptr,
+    w2_ptr,
+    bias2_ptr,
+    res_ptr,
+    out_ptr,
+    M,
+    T,
+    x_row_stride,
+    x_time_stride,
+    res_row_stride,
+    res_time_stride,
+    dilation,
+    C: tl.constexpr,
+    TAPS: tl.constexpr,
+    FAST_SIN: tl.constexpr,
+    IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """One residual unit's rows m = b * T + t: out = res + conv2(act(conv1(x) + bias)) + bias2,
+    conv1 over TAPS taps of the activated input x (context first), conv2 a 1x1; the tile holds
+    every channel (BLOCK_C >= C), so conv1's output never leaves the program."""
+    ms = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    ns = tl.arange(0, BLOCK_C)
+    ks = tl.arange(0, BLOCK_K)
+    in_m = ms < M
+    in_n = ns < C
+    row = (ms // T).to(tl.int64)
+    a_at = row * x_row_stride + (ms % T).to(tl.int64) * x_time_stride
+    acc = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
+    STEPS: tl.constexpr = C // BLOCK_K
+    for i in range(TAPS * STEPS):
+        tap = i // STEPS
+        c = (i % STEPS) * BLOCK_K + ks
+        a = tl.load(x_ptr + (a_at + tap * dilation * x_time_stride)[:, None] + c[None, :], mask=in_m[:, None])
+        w = tl.load(w_ptr + (tap * C + c)[:, None] * C + ns[None, :], mask=in_n[None, :])
+        if IEEE:
+            acc = tl.dot(a, w, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, w, acc)
+    acc += tl.load(bias_ptr + ns, mask=in_n).to(tl.float32)[None, :]
+    # Channels past C read channel 0's factors and are zeroed: they meet zero rows of w2 anyway.
+    h = fused_snake.snake_tile(acc, log_alpha_ptr, log_beta_ptr, tl.where(in_n, ns, 0), FAST_SIN)
+    h = tl.where(in_n[None, :], h, 0.0).to(x_ptr.dtype.element_ty)  # rounded as conv2's input would be
+    both_c = in_n[:, None] & in_n[None, :]
+    w2 = tl.load(w2_ptr + ns[:, None] * C + ns[None, :], mask=both_c, other=0.0)
+    if IEEE:
+        out = tl.dot(h, w2, input_precision="ieee")
+    else:
+        out = tl.dot(h, w2)
+    out += tl.load(bias2_ptr + ns, mask=in_n).to(tl.float32)[None, :]
+    both = in_m[:, None] & in_n[None, :]
+    res_at = row * res_row_stride + (ms % T).to(tl.int64) * res_time_stride
+    out += tl.load(res_ptr + res_at[:, None] + ns[None, :], mask=both).to(tl.float32)
+    tl.store(
+        out_ptr + ms.to(tl.int64)[:, None] * C + ns[None, :], out.to(out_ptr.dtype.element_ty), mask=both
+    )
+
+
+def unit(x: Tensor, w1: ConvWeight, act: Snake, w2: ConvWeight, residual: Tensor) -> Tensor:
+    """A residual unit of C <= UNIT_CHANNELS channels in one kernel: residual + w2(act(w1(x))),
+    with both convs' biases, x [B, w1.context + T, C] the activated input after its context (as
+    `fused_snake` writes it) and residual [B, T, C]; returns a new contiguous [B, T, C].
+
+    The unfused unit writes conv1's output, reads it for the activation, writes that and reads it
+    again for the 1x1 conv: at 96 channels, where the tensors are longest, that 1x1 conv ran at
+    about 2 TB/s and 65 TFLOP/s (docs/log/2026-11.md, session 58). Here the tile of conv1's output
+    stays in registers for the activation and the 1x1 conv."""
+    b, length, c = x.shape
+    t = length - w1.context
+    if not (w1.in_channels == w1.out_channels == w2.in_channels == w2.out_channels == c) or w2.taps != 1:
+        raise ValueError(f"unit: x has {c} channels; the convs must be {c} -> {c}, the second 1x1")
+    if c > UNIT_CHANNELS or c % MIN_BLOCK_K or x.stride(2) != 1:
+        raise ValueError(
+            f"unit: x needs contiguous channels, a multiple of {MIN_BLOCK_K} up to {UNIT_CHANNELS}"
+        )
+    if w1.bias is None or w2.bias is None:
+        raise ValueError("unit: both convs need their bias")
+    if t < 0:
+        raise ValueError(f"unit: x has {length} frames, fewer than the context {w1.context}")
+    if residual.shape != (b, t, c) or residual.stride(2) != 1:
+        raise ValueError(f"unit: residual {tuple(residual.shape)} is not [{b}, {t}, {c}]")
+    if not (
+        act.log_alpha.shape == act.log_beta.shape == (c,)
+        and act.log_alpha.is_contiguous()
+        and act.log_beta.is_contiguous()
+    ):
+        raise ValueError(f"unit: the activation's alpha and beta must be contiguous [{c}]")
+    out = torch.empty(b, t, c, device=x.device, dtype=x.dtype)
+    rows = b * t
+    if rows == 0:
+        return out
+    at = tiles(w1)
+    _unit_kernel[(triton.cdiv(rows, at.block_m),)](
+        x,
+        w1.weight,
+        w1.bias,
+        act.log_alpha,
+        act.log_beta,
+        w2.weight,
+        w2.bias,
+        residual,
+        out,
+        rows,
+        t,
+        x.stride(0),
+        x.stride(1),
+        residual.stride(0),
+        residual.stride(1),
+        w1.dilation,
+        C=c,
+        TAPS=w1.taps,
+        FAST_SIN=fused_snake.takes_fast_sine(x.dtype),
+        IEEE=x.dtype == torch.float32,
+        BLOCK_M=at.block_m,
+        BLOCK_C=triton.next_power_of_2(c),
+        BLOCK_K=at.block_k,
         num_warps=at.warps,
         num_stages=at.stages,
     )

@@ -29,6 +29,19 @@ TILE = 4096  # elements a program writes: enough per program to stream, small en
 
 
 @triton.jit
+def snake_tile(x, log_alpha_ptr, log_beta_ptr, cs, FAST_SIN: tl.constexpr):
+    """`pointwise.snake_beta` of a float32 tile x [rows, channels cs] (cs within the channels):
+    the one place its math is written for the kernels (this one, and `fused_conv.unit`'s)."""
+    alpha = tl.exp(tl.load(log_alpha_ptr + cs).to(tl.float32))
+    inv_beta = 1.0 / (tl.exp(tl.load(log_beta_ptr + cs).to(tl.float32)) + 1e-9)
+    if FAST_SIN:
+        wave = libdevice.fast_sinf(x * alpha[None, :])
+    else:
+        wave = tl.sin(x * alpha[None, :])
+    return x + inv_beta[None, :] * (wave * wave)
+
+
+@triton.jit
 def _snake_kernel(
     x_ptr,
     context_ptr,
@@ -53,19 +66,13 @@ def _snake_kernel(
     row = tl.program_id(2).to(tl.int64)
     ts = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    alpha = tl.exp(tl.load(log_alpha_ptr + cs).to(tl.float32))
-    inv_beta = 1.0 / (tl.exp(tl.load(log_beta_ptr + cs).to(tl.float32)) + 1e-9)
     in_out = ts < n_out
     in_x = in_out & (ts >= CONTEXT)
     x_at = row * x_row_stride + (ts - CONTEXT)[:, None] * x_time_stride + cs[None, :]
     x = tl.load(x_ptr + x_at, mask=in_x[:, None], other=0.0).to(tl.float32)
     if HAS_BIAS:
         x += tl.load(bias_ptr + cs).to(tl.float32)[None, :]
-    if FAST_SIN:
-        wave = libdevice.fast_sinf(x * alpha[None, :])
-    else:
-        wave = tl.sin(x * alpha[None, :])
-    y = x + inv_beta[None, :] * (wave * wave)
+    y = snake_tile(x, log_alpha_ptr, log_beta_ptr, cs, FAST_SIN)
     if CONTEXT > 0:
         in_context = ts < CONTEXT
         context_at = row * context_row_stride + ts[:, None] * context_time_stride + cs[None, :]
@@ -78,6 +85,12 @@ def _snake_kernel(
 # Triton's interpreter (TRITON_INTERPRET, read by Triton as it decorated the kernel) has no fast
 # sine; a kernel it runs is not a compiled JITFunction.
 INTERPRETED = not isinstance(_snake_kernel, triton.runtime.JITFunction)
+
+
+def takes_fast_sine(dtype: torch.dtype) -> bool:
+    """Whether a kernel writing `dtype` takes the fast sine: in half precision, where its error is
+    far below the rounding at the store; never in float32 or in the interpreter, which has none."""
+    return dtype != torch.float32 and not INTERPRETED
 
 
 def _channel_block(channels: int) -> int:
@@ -135,7 +148,7 @@ def snake_beta(
         HAS_BIAS=bias is not None,
         BLOCK_T=block_t,
         BLOCK_C=block_c,
-        FAST_SIN=(x.dtype != torch.float32 if fast_sine is None else fast_sine) and not INTERPRETED,
+        FAST_SIN=takes_fast_sine(x.dtype) if fast_sine is None else fast_sine and not INTERPRETED,
         num_warps=4,
     )
     return out

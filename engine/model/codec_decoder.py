@@ -294,6 +294,7 @@ def conv_input(x: Tensor, state: StateRows, slot: int, act: SnakeBeta | None) ->
 
 
 FUSED_CONV_CHANNELS = 16  # channels a fused conv takes in multiples of (fused_conv.MIN_BLOCK_K)
+FUSED_UNIT_CHANNELS = 128  # the widest residual unit that runs as one kernel (fused_conv.UNIT_CHANNELS)
 
 
 def pack_conv(conv: nn.Conv1d | nn.ConvTranspose1d) -> ConvWeight:
@@ -434,6 +435,16 @@ class ResidualUnit(nn.Module):
         self.conv2 = CausalConv(dim, dim, 1)
 
     def forward(self, x: Tensor, state: StateRows) -> Tensor:
+        if self.conv1.kernels.fused_unit and x.shape[-1] <= FUSED_UNIT_CHANNELS:
+            rows = x.shape[0] * x.shape[1]
+            first, second = fused_conv_weight(self.conv1, x, rows), fused_conv_weight(self.conv2, x, rows)
+            if first is not None and second is not None:
+                from voicewire.engine.kernels import fused_conv
+
+                full = conv_input(x, state, self.conv1.slot, self.act1)
+                return fused_conv.unit(
+                    full, first, fused_conv.Snake(self.act2.alpha, self.act2.beta), second, x
+                )
         h = self.conv1(x, state, self.act1, then=self.act2)
         return self.conv2(h, state, residual=x)
 

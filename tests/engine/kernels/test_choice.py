@@ -69,6 +69,14 @@ def test_each_setting_turns_its_kernels_off(capability) -> None:
     assert eager_window == dataclasses.replace(ALL_ON, fused_window=False)
 
 
+def test_the_unit_kernel_on_trial_needs_asking_and_the_conv_kernel(capability) -> None:
+    assert Kernels.resolve(EngineConfig(fused_unit=True), CUDA) == dataclasses.replace(
+        ALL_ON, fused_unit=True
+    )
+    assert not Kernels.resolve(EngineConfig(fused_unit=True, fused_conv=False), CUDA).fused_unit
+    assert Kernels.resolve(EngineConfig(fused_unit=True), torch.device("cpu")) == Kernels()
+
+
 def test_pdl_needs_hopper_and_may_be_turned_off(capability, monkeypatch: pytest.MonkeyPatch) -> None:
     capability((8, 0))
     assert not Kernels.resolve(EngineConfig(), CUDA).pdl

@@ -1,12 +1,15 @@
 """The decoder's conv kernel gives what PyTorch's convs give: dilated causal convs over a carried
 context, transposed convs cut as the decoder cuts them, with bias and residual. On a GPU it runs compiled; without one, in Triton's interpreter on CPU tensors (see
-conftest). The decoder with the kernel chosen is tested on a GPU only, where it runs."""
+conftest). The real-size decoder with the kernels chosen is tested on a GPU only, where it runs; a
+tiny one with the unit kernel, in the interpreter."""
+
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from voicewire.engine.kernels import fused_conv
+from voicewire.engine.kernels import fused_conv, pointwise
 from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model import codec_decoder
 from voicewire.engine.model import random_checkpoint as checkpoints
@@ -99,9 +102,11 @@ def test_tiles_divide_the_input_channels_and_few_rows_stay_with_cudnn() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the decoder takes the kernel on CUDA only")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_decoder_with_the_kernel_on_cuda(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("fused_unit", [False, True])
+def test_decoder_with_the_kernel_on_cuda(dtype: torch.dtype, fused_unit: bool) -> None:
     """The real-size decoder with the kernel against it without: in float32 the same samples, also
-    when decoded in two steps; in bfloat16 no further from a float32 decode than cuDNN's convs."""
+    when decoded in two steps; in bfloat16 no further from a float32 decode than cuDNN's convs.
+    With `fused_unit`, the 96-channel block's residual units as one kernel each."""
     cfg = codec_decoder.CodecDecoderConfig.from_dict(checkpoints.codec_decoder_config("0.6b"))
     decoder = codec_decoder.CodecDecoder(cfg)
     codec_decoder.random_init_(decoder, torch.Generator().manual_seed(0))
@@ -115,7 +120,7 @@ def test_decoder_with_the_kernel_on_cuda(dtype: torch.dtype) -> None:
             model.load_state_dict(exact.state_dict())
             model = model.to(DEVICE, dtype).eval()
             model.prepare()
-        Kernels(fused_conv=True).bind(model)
+        Kernels(fused_conv=True, fused_unit=fused_unit).bind(model)
         state = model.new_state(64, DEVICE, dtype)
         got = torch.cat([model.decode_step(codes[:, :3], state), model.decode_step(codes[:, 3:], state)], 1)
         assert any(m.packed is not None for m in model.modules() if hasattr(m, "packed"))
@@ -125,3 +130,77 @@ def test_decoder_with_the_kernel_on_cuda(dtype: torch.dtype) -> None:
             Kernels().bind(model)
             cudnn = model.decode_step(codes, model.new_state(64, DEVICE, dtype))
             assert (got.float() - want).abs().max() <= 1.5 * (cudnn.float() - want).abs().max() + 1e-3
+
+
+@pytest.mark.parametrize(
+    ("rows", "frames", "channels", "dilation"), [(3, 10, 48, 3), (2, 21, 96, 9), (5, 1, 16, 1)]
+)
+def test_unit_equals_the_unfused_residual_unit(rows: int, frames: int, channels: int, dilation: int) -> None:
+    """`unit` against float64 math: the residual plus the 1x1 conv of SnakeBeta(the dilated conv of
+    the activated input, with its bias), with its bias; channels not a power of two (a padded
+    tile) and a single frame too."""
+    context = 6 * dilation
+    x = _randn(rows, context + frames + 2, channels, seed=frames)[:, 1 : 1 + context + frames]
+    res = _randn(rows, frames, channels, seed=3)
+    w1, b1 = _randn(channels, channels, 7, seed=1) / (7 * channels) ** 0.5, _randn(channels, seed=2)
+    w2, b2 = _randn(channels, channels, 1, seed=6) / channels**0.5, _randn(channels, seed=7)
+    snake = fused_conv.Snake(_randn(channels, seed=4) * 0.5 + 1.0, _randn(channels, seed=5) * 0.3)
+    got = fused_conv.unit(
+        x, fused_conv.pack(w1, b1, dilation), snake, fused_conv.pack(w2, b2, 1), residual=res
+    )
+    h = F.conv1d(_exact(x).mT, _exact(w1), _exact(b1), dilation=dilation).mT
+    h = pointwise.snake_beta(h, _exact(snake.log_alpha), _exact(snake.log_beta))
+    want = _exact(res) + F.conv1d(h.mT, _exact(w2), _exact(b2)).mT
+    assert got.shape == (rows, frames, channels) and got.is_contiguous()
+    torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_unit_refuses_what_it_does_not_take() -> None:
+    one = fused_conv.pack(torch.zeros(16, 16, 1), torch.zeros(16), 1)
+    dilated = fused_conv.pack(torch.zeros(16, 16, 7), torch.zeros(16), 1)
+    snake = fused_conv.Snake(torch.zeros(16), torch.zeros(16))
+    x, res = torch.zeros(1, 8, 16), torch.zeros(1, 2, 16)
+    assert fused_conv.unit(x, dilated, snake, one, res).shape == (1, 2, 16)
+    with pytest.raises(ValueError, match="the second 1x1"):
+        fused_conv.unit(x, dilated, snake, dilated, res)
+    with pytest.raises(ValueError, match="both convs need their bias"):
+        fused_conv.unit(x, dilated, snake, fused_conv.pack(torch.zeros(16, 16, 1), None, 1), res)
+    with pytest.raises(ValueError, match="is not"):
+        fused_conv.unit(x, dilated, snake, one, torch.zeros(1, 3, 16))
+    with pytest.raises(ValueError, match="alpha and beta"):
+        fused_conv.unit(x, dilated, fused_conv.Snake(torch.zeros(8), torch.zeros(8)), one, res)
+    wide = fused_conv.pack(torch.zeros(256, 256, 1), torch.zeros(256), 1)
+    with pytest.raises(ValueError, match="up to 128"):
+        fused_conv.unit(torch.zeros(1, 2, 256), wide, snake, wide, torch.zeros(1, 2, 256))
+
+
+def test_a_tiny_decoder_with_the_unit_kernel_decodes_as_without(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiny decoder whose residual units (64, 32 and 16 channels) run as `unit`, in Triton's
+    interpreter (the decoder takes the kernels for CUDA tensors only, so here it is told these are),
+    decodes in two steps what the eager decoder decodes in one: the carried contexts hold."""
+    cfg = checkpoints.codec_decoder_config("tiny") | {"decoder_dim": 128, "latent_dim": 32}
+    config = codec_decoder.CodecDecoderConfig.from_dict(cfg)
+    decoder = codec_decoder.CodecDecoder(config)
+    codec_decoder.random_init_(decoder, torch.Generator().manual_seed(0))
+    decoder.eval().prepare()
+    codes = torch.randint(
+        0, config.codebook_size, (2, 2, config.num_quantizers), generator=torch.Generator().manual_seed(1)
+    )
+    choose = codec_decoder.fused_conv_weight
+    monkeypatch.setattr(
+        codec_decoder,
+        "fused_conv_weight",
+        lambda m, x, rows: choose(m, SimpleNamespace(is_cuda=True, device=x.device), rows),
+    )
+    widths: list[int] = []
+    kernel = fused_conv.unit
+    monkeypatch.setattr(fused_conv, "unit", lambda x, *args: widths.append(x.shape[-1]) or kernel(x, *args))
+    with torch.inference_mode():
+        want = decoder.decode_step(codes, decoder.new_state(2, "cpu", torch.float32))
+        Kernels(fused_conv=True, fused_unit=True).bind(decoder)
+        state = decoder.new_state(2, "cpu", torch.float32)
+        got = torch.cat(
+            [decoder.decode_step(codes[:, :1], state), decoder.decode_step(codes[:, 1:], state)], 1
+        )
+    assert widths == [64, 64, 64, 32, 32, 32, 16, 16, 16] * 2
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

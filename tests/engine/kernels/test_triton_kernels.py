@@ -46,13 +46,20 @@ def test_every_launch_compiles_for_hopper() -> None:
     }
     assert [d["HAS_RES"] for d in convs] == [False, True, True, False, False, False]
     assert [d["IEEE"] for d in convs] == [False] * 5 + [True]
+    # A residual unit in one kernel: bfloat16 with the fast sine, float32 with the precise one.
+    units = [d for d in launches if d["kernel"] == "_unit_kernel"]
+    assert [(d["FAST_SIN"], d["IEEE"], d["BLOCK_M"], d["BLOCK_C"], d["BLOCK_K"]) for d in units] == [
+        (True, False, 128, 128, 32),
+        (False, True, 128, 128, 32),
+    ]
     # The decoder's window attention: bfloat16 and float32, keys of 71 carried + 16 new in 128 slots.
     windows = [d for d in launches if d["kernel"] == "_window_kernel"]
     assert [(d["IEEE"], d["BLOCK_L"], d["BLOCK_Q"], d["PAST"]) for d in windows] == [
         (False, 128, 16, 71),
         (True, 128, 16, 71),
     ]
-    launches = [d for d in launches if d["kernel"] not in ("_snake_kernel", "_conv_kernel", "_window_kernel")]
+    unfused = ("_snake_kernel", "_conv_kernel", "_unit_kernel", "_window_kernel")
+    launches = [d for d in launches if d["kernel"] not in unfused]
     kernels = [launch["kernel"] for launch in launches]
     # Each set twice, launched one after another and with programmatic dependent launch. Draw:
     # 3 vocabularies x (with an embedding table, with masks); gemv: 2 dtypes x 2 row counts x 3
