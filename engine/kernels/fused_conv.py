@@ -134,6 +134,44 @@ def processors(device: torch.device) -> int:
 
 
 @triton.jit
+def _taps_dot(
+    x_ptr,
+    w_ptr,
+    a_at,
+    x_time_stride,
+    dilation,
+    ns,
+    ks,
+    in_m,
+    in_n,
+    C_IN: tl.constexpr,
+    C_OUT: tl.constexpr,
+    TAPS: tl.constexpr,
+    IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """The GEMM both kernels share: float32 [BLOCK_M, BLOCK_N], the sum over the taps and the input
+    channels of x's rows at `a_at` (tap 0's frame), a tap `dilation` frames further each, times the
+    packed weight's rows [TAPS * C_IN, C_OUT] at the output channels `ns`, `ks` a step's
+    BLOCK_K input channels (made by the caller where it always was: the compiled code stays the
+    same)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    STEPS: tl.constexpr = C_IN // BLOCK_K
+    for i in range(TAPS * STEPS):
+        tap = i // STEPS
+        c = (i % STEPS) * BLOCK_K + ks
+        a = tl.load(x_ptr + (a_at + tap * dilation * x_time_stride)[:, None] + c[None, :], mask=in_m[:, None])
+        w = tl.load(w_ptr + (tap * C_IN + c)[:, None] * C_OUT + ns[None, :], mask=in_n[None, :])
+        if IEEE:
+            acc = tl.dot(a, w, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, w, acc)
+    return acc
+
+
+@triton.jit
 def _conv_kernel(
     x_ptr,
     w_ptr,
@@ -177,17 +215,24 @@ def _conv_kernel(
     in_n = ns < C_OUT
     row = (ms // T).to(tl.int64)
     a_at = row * x_row_stride + (ms % T).to(tl.int64) * x_time_stride  # tap 0's input frame
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    STEPS: tl.constexpr = C_IN // BLOCK_K
-    for i in range(TAPS * STEPS):
-        tap = i // STEPS
-        c = (i % STEPS) * BLOCK_K + ks
-        a = tl.load(x_ptr + (a_at + tap * dilation * x_time_stride)[:, None] + c[None, :], mask=in_m[:, None])
-        w = tl.load(w_ptr + (tap * C_IN + c)[:, None] * C_OUT + ns[None, :], mask=in_n[None, :])
-        if IEEE:
-            acc = tl.dot(a, w, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(a, w, acc)
+    acc = _taps_dot(
+        x_ptr,
+        w_ptr,
+        a_at,
+        x_time_stride,
+        dilation,
+        ns,
+        ks,
+        in_m,
+        in_n,
+        C_IN,
+        C_OUT,
+        TAPS,
+        IEEE,
+        BLOCK_M,
+        BLOCK_N,
+        BLOCK_K,
+    )
     if HAS_BIAS:
         acc += tl.load(bias_ptr + ns, mask=in_n).to(tl.float32)[None, :]
     both = in_m[:, None] & in_n[None, :]
@@ -311,17 +356,24 @@ def _unit_kernel(
     in_n = ns < C
     row = (ms // T).to(tl.int64)
     a_at = row * x_row_stride + (ms % T).to(tl.int64) * x_time_stride
-    acc = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
-    STEPS: tl.constexpr = C // BLOCK_K
-    for i in range(TAPS * STEPS):
-        tap = i // STEPS
-        c = (i % STEPS) * BLOCK_K + ks
-        a = tl.load(x_ptr + (a_at + tap * dilation * x_time_stride)[:, None] + c[None, :], mask=in_m[:, None])
-        w = tl.load(w_ptr + (tap * C + c)[:, None] * C + ns[None, :], mask=in_n[None, :])
-        if IEEE:
-            acc = tl.dot(a, w, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(a, w, acc)
+    acc = _taps_dot(
+        x_ptr,
+        w_ptr,
+        a_at,
+        x_time_stride,
+        dilation,
+        ns,
+        ks,
+        in_m,
+        in_n,
+        C,
+        C,
+        TAPS,
+        IEEE,
+        BLOCK_M,
+        BLOCK_C,
+        BLOCK_K,
+    )
     acc += tl.load(bias_ptr + ns, mask=in_n).to(tl.float32)[None, :]
     # Channels past C read channel 0's factors and are zeroed: they meet zero rows of w2 anyway.
     h = fused_snake.snake_tile(acc, log_alpha_ptr, log_beta_ptr, tl.where(in_n, ns, 0), FAST_SIN)

@@ -338,8 +338,9 @@ class DecoderStage:
         (a new stream's first, or one run dry), to ride in its next pass instead of waiting for its
         end, up to a round's length (session 53: rounds of 83 ms p50 at 256 busy streams, a first
         chunk 70 ms behind its first frame). Only in its first `join_for_s`: each joiner can add
-        passes, and the next chunks of the streams in the round wait for its end. Only streams whose frames came meanwhile, so those
-        the round's caps left out stay out, and one chunk a stream a round: session 32's version,
+        passes, and the next chunks of the streams in the round wait for its end. Only streams
+        whose frames came meanwhile, so those the round's caps left out stay out, and one chunk a
+        stream a round: session 32's version,
         which let in every chunk short of `in_hand_s` between passes (no caps then), made first
         chunks later on every figure (docs/log/2026-11.md, "Urgent chunks and the decoder's
         priority"). The scheduler's messages are applied here but the drop of a stream in the
