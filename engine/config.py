@@ -111,13 +111,14 @@ class UrgentChunks:
     come due while a round runs join its next pass, instead of waiting for the round's end, in the
     passes that start within `join_for_s` of its start: a round that kept taking them ran on while
     the next chunks of the streams it held came due (session 58: rounds of 175-195 ms p95 at 256
-    busy streams, and 9 streams gapped 0.24 s into a session)."""
+    busy streams, and 9 streams gapped 0.24 s into a session). Within 0.1 s no stream gapped in
+    three services' runs at 256 x 10, and first audio p95 fell (session 59, docs/engine.md)."""
 
     in_hand_s: float = 0.0
     bulk_rows: int = 0  # 0: a round takes every due chunk
     urgent_rows: int = 0  # 0: a round takes every urgent chunk
     join_waiting: bool = False
-    join_for_s: float = 0.05  # with join_waiting: how long into a round its passes take joiners
+    join_for_s: float = 0.1  # with join_waiting: how long into a round its passes take joiners
 
     def __post_init__(self) -> None:
         if self.in_hand_s < 0 or self.bulk_rows < 0 or self.urgent_rows < 0 or self.join_for_s < 0:
@@ -242,8 +243,8 @@ class EngineConfig:
     fused_window: bool = True
     # With fused_conv, each residual unit of the decoder's narrowest block (96 channels) as one
     # kernel (engine.fused_conv.unit): its dilated conv, the activation and the 1x1 conv with the
-    # residual. On trial: off until a GPU session measures it.
-    fused_unit: bool = False
+    # residual. A graphed 256 x 8 decoder pass on an H200 went 35.2 -> 33.3 ms (docs/engine.md).
+    fused_unit: bool = True
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
     urgent_chunks: UrgentChunks = field(default_factory=UrgentChunks)

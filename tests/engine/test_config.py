@@ -85,7 +85,7 @@ def test_urgent_chunks_are_off_unless_set() -> None:
     ):
         EngineConfig.from_dict({"urgent_chunks": {"in_hand": 0.5}})
     joining = EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 1.0, "join_waiting": True}})
-    assert joining.urgent_chunks == UrgentChunks(1.0, join_waiting=True, join_for_s=0.05)
+    assert joining.urgent_chunks == UrgentChunks(1.0, join_waiting=True, join_for_s=0.1)
     briefly = EngineConfig.from_dict({"urgent_chunks": {"join_waiting": True, "join_for_s": 0.02}})
     assert briefly.urgent_chunks.join_for_s == 0.02
     with pytest.raises(InvalidOptions, match="join_waiting is true or false, got 'yes'"):

@@ -50,6 +50,7 @@ ALL_ON = Kernels(
     fused_snake=True,
     fused_conv=True,
     fused_window=True,
+    fused_unit=True,
     pdl=True,
 )
 
@@ -64,15 +65,16 @@ def test_each_setting_turns_its_kernels_off(capability) -> None:
     undrawn = Kernels.resolve(EngineConfig(fused_draw=False), CUDA)
     assert undrawn == dataclasses.replace(ALL_ON, fused_draw=False)
     cudnn = Kernels.resolve(EngineConfig(fused_conv=False), CUDA)
-    assert cudnn == dataclasses.replace(ALL_ON, fused_conv=False)
+    assert cudnn == dataclasses.replace(
+        ALL_ON, fused_conv=False, fused_unit=False
+    )  # the unit needs the conv kernel
+    units_as_convs = Kernels.resolve(EngineConfig(fused_unit=False), CUDA)
+    assert units_as_convs == dataclasses.replace(ALL_ON, fused_unit=False)
     eager_window = Kernels.resolve(EngineConfig(fused_window=False), CUDA)
     assert eager_window == dataclasses.replace(ALL_ON, fused_window=False)
 
 
-def test_the_unit_kernel_on_trial_needs_asking_and_the_conv_kernel(capability) -> None:
-    assert Kernels.resolve(EngineConfig(fused_unit=True), CUDA) == dataclasses.replace(
-        ALL_ON, fused_unit=True
-    )
+def test_the_unit_kernel_needs_the_conv_kernel_and_cuda(capability) -> None:
     assert not Kernels.resolve(EngineConfig(fused_unit=True, fused_conv=False), CUDA).fused_unit
     assert Kernels.resolve(EngineConfig(fused_unit=True), torch.device("cpu")) == Kernels()
 

@@ -362,13 +362,13 @@ def test_a_new_stream_s_first_chunk_joins_the_round_in_flight(
 
 
 def test_a_round_takes_joiners_only_early_on(tiny_models, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A first frame that comes due once the round has run `join_for_s` (0.05 s; the clock moves
-    to 0.06 s in as its first pass starts) waits for the next round: joiners add passes, and the
+    """A first frame that comes due once the round has run `join_for_s` (0.1 s; the clock moves
+    to 0.11 s in as its first pass starts) waits for the next round: joiners add passes, and the
     next chunks of the streams in the round wait for its end."""
     model = tiny_models["custom_voice"]
 
     def during(stage, streams, feed) -> None:
-        later = SimpleNamespace(monotonic=lambda: 100.06)
+        later = SimpleNamespace(monotonic=lambda: 100.11)
         monkeypatch.setattr(decode_stage_module, "time", later)
         stage.open(streams["new"], None)
         feed("new")
