@@ -172,6 +172,36 @@ def _taps_dot(
 
 
 @triton.jit
+def _finish(
+    acc,
+    bias_ptr,
+    res_ptr,
+    out_ptr,
+    ms,
+    ns,
+    in_m,
+    in_n,
+    T,
+    res_row_stride,
+    res_time_stride,
+    C_OUT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_RES: tl.constexpr,
+):
+    """The epilogue both kernels share: the float32 tile acc of output rows `ms` (b * T + t) and
+    channels `ns`, plus the bias and the residual's rows where given, stored to the contiguous
+    out [M, C_OUT] in its dtype."""
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + ns, mask=in_n).to(tl.float32)[None, :]
+    both = in_m[:, None] & in_n[None, :]
+    if HAS_RES:
+        res_at = (ms // T).to(tl.int64) * res_row_stride + (ms % T).to(tl.int64) * res_time_stride
+        acc += tl.load(res_ptr + res_at[:, None] + ns[None, :], mask=both).to(tl.float32)
+    out_at = ms.to(tl.int64)[:, None] * C_OUT + ns[None, :]
+    tl.store(out_ptr + out_at, acc.to(out_ptr.dtype.element_ty), mask=both)
+
+
+@triton.jit
 def _conv_kernel(
     x_ptr,
     w_ptr,
@@ -233,14 +263,22 @@ def _conv_kernel(
         BLOCK_N,
         BLOCK_K,
     )
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + ns, mask=in_n).to(tl.float32)[None, :]
-    both = in_m[:, None] & in_n[None, :]
-    if HAS_RES:
-        res_at = row * res_row_stride + (ms % T).to(tl.int64) * res_time_stride
-        acc += tl.load(res_ptr + res_at[:, None] + ns[None, :], mask=both).to(tl.float32)
-    out_at = ms.to(tl.int64)[:, None] * C_OUT + ns[None, :]
-    tl.store(out_ptr + out_at, acc.to(out_ptr.dtype.element_ty), mask=both)
+    _finish(
+        acc,
+        bias_ptr,
+        res_ptr,
+        out_ptr,
+        ms,
+        ns,
+        in_m,
+        in_n,
+        T,
+        res_row_stride,
+        res_time_stride,
+        C_OUT,
+        HAS_BIAS,
+        HAS_RES,
+    )
 
 
 def conv(
@@ -384,12 +422,21 @@ def _unit_kernel(
         out = tl.dot(h, w2, input_precision="ieee")
     else:
         out = tl.dot(h, w2)
-    out += tl.load(bias2_ptr + ns, mask=in_n).to(tl.float32)[None, :]
-    both = in_m[:, None] & in_n[None, :]
-    res_at = row * res_row_stride + (ms % T).to(tl.int64) * res_time_stride
-    out += tl.load(res_ptr + res_at[:, None] + ns[None, :], mask=both).to(tl.float32)
-    tl.store(
-        out_ptr + ms.to(tl.int64)[:, None] * C + ns[None, :], out.to(out_ptr.dtype.element_ty), mask=both
+    _finish(
+        out,
+        bias2_ptr,
+        res_ptr,
+        out_ptr,
+        ms,
+        ns,
+        in_m,
+        in_n,
+        T,
+        res_row_stride,
+        res_time_stride,
+        C,
+        True,
+        True,
     )
 
 
