@@ -15,8 +15,8 @@ cuDNN ran these convs at about 180-190 TFLOP/s of an H200's ~990 bf16 (docs/log/
 "Where a frame's GPU time goes"), and its bias and the residual adds were passes of their own over
 the decoder's largest tensors; here both are the GEMM's epilogue. Accumulation and the epilogue
 are float32; the output is rounded once, to the input's dtype. `unit` runs a whole residual unit
-of the narrowest block (dilated conv, activation, 1x1 conv and residual) as one kernel (on trial,
-`Kernels.fused_unit`).
+of the narrowest block (dilated conv, activation, 1x1 conv and residual) as one kernel
+(`Kernels.fused_unit`).
 """
 
 from __future__ import annotations
