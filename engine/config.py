@@ -112,21 +112,28 @@ class UrgentChunks:
     passes that start within `join_for_s` of its start: a round that kept taking them ran on while
     the next chunks of the streams it held came due (session 58: rounds of 175-195 ms p95 at 256
     busy streams, and 9 streams gapped 0.24 s into a session). Within 0.1 s no stream gapped in
-    three services' runs at 256 x 10, and first audio p95 fell (session 59, docs/engine.md)."""
+    three services' runs at 256 x 10, and first audio p95 fell (session 59, docs/engine.md). With
+    `shared_passes`, the urgent chunks and the others ride in the same passes, one per frame count,
+    instead of the urgent ones' passes first and then the others': a round of both then costs one
+    pass per frame count, not up to two (at 256 busy streams a pass held 22.5 rows p50, and the
+    decoder took 38.5 us a frame against 16.3 in a 256 x 8 pass; session 59). Urgent chunks of
+    one frame still come out in the first pass; those of 8 wait for the others' rows in theirs."""
 
     in_hand_s: float = 0.0
     bulk_rows: int = 0  # 0: a round takes every due chunk
     urgent_rows: int = 0  # 0: a round takes every urgent chunk
     join_waiting: bool = False
     join_for_s: float = 0.1  # with join_waiting: how long into a round its passes take joiners
+    shared_passes: bool = False  # on trial: urgent and other chunks in one round's same passes
 
     def __post_init__(self) -> None:
         if self.in_hand_s < 0 or self.bulk_rows < 0 or self.urgent_rows < 0 or self.join_for_s < 0:
             raise InvalidOptions(
                 f"urgent_chunks needs in_hand_s, bulk_rows, urgent_rows and join_for_s >= 0, got {self}"
             )
-        if not isinstance(self.join_waiting, bool):
-            raise InvalidOptions(f"urgent_chunks.join_waiting is true or false, got {self.join_waiting!r}")
+        for name in ("join_waiting", "shared_passes"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidOptions(f"urgent_chunks.{name} is true or false, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ size is reached (small first chunk, larger later), or until a segment end, flush
 them. A round decodes every due chunk in shared passes, one per graphed frame count (8, 4, 2, 1).
 With `UrgentChunks`, a round decodes the chunks of listeners short of audio first, and at most so
 many of the others; with `join_waiting`, the chunks of listeners waiting now (a new stream's
-first, or one run dry) that come due early in it join its next pass. On CUDA the decoder runs
-above the talker's stream priority.
+first, or one run dry) that come due early in it join its next pass; with `shared_passes`, the
+urgent chunks and the others share the round's passes. On CUDA the decoder runs above the
+talker's stream priority.
 """
 
 from __future__ import annotations
@@ -285,8 +286,13 @@ class DecoderStage:
         # A marked stream too: its mark is delivered after the round, so its drop waits for that.
         self._in_round = {item[-2].stream.id for item in (*urgent, *bulk)} | {d.stream.id for d in marked}
         self._joined, self._round_started = 0, now
-        self._decode([self._take(decoding, n) for _, decoding, n in urgent])
-        self._decode([self._take(decoding, n) for _, _, decoding, n in bulk])
+        first = [self._take(decoding, n) for _, decoding, n in urgent]
+        then = [self._take(decoding, n) for _, _, decoding, n in bulk]
+        if self.urgent.shared_passes:
+            self._decode(first + then)
+        else:
+            self._decode(first)
+            self._decode(then)
         self._in_round = set()
         if urgent or bulk:
             self.metrics.decode_round.observe(time.monotonic() - now)

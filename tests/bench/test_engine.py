@@ -123,6 +123,7 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
         "urgent_rows": 0,
         "join_waiting": False,
         "join_for_s": 0.1,
+        "shared_passes": False,
     }
     assert report["arms"][2]["settings"]["prefill_wait"] == {"max_s": 0.01, "prompts": 2}
     for arm in report["arms"]:

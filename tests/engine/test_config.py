@@ -81,15 +81,18 @@ def test_urgent_chunks_are_off_unless_set() -> None:
             EngineConfig.from_dict({"urgent_chunks": {setting: -1}})
     with pytest.raises(
         InvalidOptions,
-        match="unknown urgent_chunks settings: in_hand; allowed: bulk_rows, in_hand_s, join_for_s, join_waiting, urgent_rows",
+        match="unknown urgent_chunks settings: in_hand; allowed: bulk_rows, in_hand_s, join_for_s, join_waiting, shared_passes, urgent_rows",
     ):
         EngineConfig.from_dict({"urgent_chunks": {"in_hand": 0.5}})
     joining = EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 1.0, "join_waiting": True}})
     assert joining.urgent_chunks == UrgentChunks(1.0, join_waiting=True, join_for_s=0.1)
     briefly = EngineConfig.from_dict({"urgent_chunks": {"join_waiting": True, "join_for_s": 0.02}})
     assert briefly.urgent_chunks.join_for_s == 0.02
-    with pytest.raises(InvalidOptions, match="join_waiting is true or false, got 'yes'"):
-        EngineConfig.from_dict({"urgent_chunks": {"join_waiting": "yes"}})
+    for name in ("join_waiting", "shared_passes"):
+        with pytest.raises(InvalidOptions, match=f"{name} is true or false, got 'yes'"):
+            EngineConfig.from_dict({"urgent_chunks": {name: "yes"}})
+    shared = EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 1.0, "shared_passes": True}})
+    assert shared.urgent_chunks == UrgentChunks(1.0, shared_passes=True)
 
 
 def test_from_config_takes_a_config_with_overrides() -> None:

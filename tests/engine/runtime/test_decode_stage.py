@@ -136,6 +136,16 @@ def test_urgent_chunks_decode_before_the_chunks_of_listeners_with_audio_in_hand(
     assert calls == [(["b"], 1), (["a"], 1)]
 
 
+def test_with_shared_passes_urgent_chunks_and_the_others_ride_together(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b, with nothing in hand, is still taken first (its row leads the pass), but a's chunk of the
+    same frame count rides in the same pass instead of one after it."""
+    urgent = UrgentChunks(in_hand_s=0.2, shared_passes=True)
+    calls = _round_of_two_listeners(tiny_models["custom_voice"], urgent, monkeypatch)
+    assert calls == [(["b", "a"], 1)]
+
+
 def test_without_urgent_chunks_every_due_chunk_shares_the_round_s_passes(
     tiny_models, monkeypatch: pytest.MonkeyPatch
 ) -> None:
