@@ -50,8 +50,9 @@ def test_an_engines_own_histograms_read_as_a_scrape_reads_them() -> None:
     assert after == read_histograms(generate_latest(metrics.registry).decode())
     report = histogram_report(before, after)
     assert set(report) == set(ENGINE_HISTOGRAMS)
-    # Two in the (2, 5] ms bucket, one in (10, 20]: rank 1.5 at 2 + 3 x 1.5/2, rank 2.85 at 10 + 10 x 0.85.
-    assert report["step_ms"] == {"count": 3, "total": 23.0, "p50": 4.25, "p95": 18.5}
+    # Two in the (3, 4] ms bucket, one in (12.5, 15]: rank 1.5 at 3 + 1 x 1.5/2, rank 2.85 at
+    # 12.5 + 2.5 x 0.85 (14.625, rounded to 14.62).
+    assert report["step_ms"] == {"count": 3, "total": 23.0, "p50": 3.75, "p95": 14.62}
     assert report["decode_streams"]["count"] == 1 and report["decode_streams"]["total"] == 3
     assert report["decode_ms"] == {"count": 0, "total": 0.0, "p50": None, "p95": None}
 
