@@ -331,8 +331,8 @@ class DecoderStage:
                     self._fail(chunk.decoding, exc)
                 due = [chunk for chunk in due if chunk not in riders]
                 continue
-            self.metrics.decode.observe(time.monotonic() - started)
-            self.metrics.decode_streams.observe(len(riders))
+            self.metrics.decode.labels(size).observe(time.monotonic() - started)
+            self.metrics.decode_streams.labels(size).observe(len(riders))
             for chunk, samples in zip(riders, pcm, strict=True):
                 chunk.done(size, samples)
                 if not chunk.pieces:

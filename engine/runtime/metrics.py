@@ -30,6 +30,9 @@ SECONDS = (
 GAP_SECONDS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1)
 GC_SECONDS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 STREAMS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+# The frames a row of a decoder pass may have: decoder_batch.GRAPH_FRAMES, not imported from there
+# because the server's workers load this module without torch (a test keeps the two equal).
+PASS_FRAMES = (1, 2, 4, 8)
 
 
 class EngineMetrics:
@@ -68,10 +71,25 @@ class EngineMetrics:
             "From a stream's first text reaching the engine to its first frame of codes",
             SECONDS,
         )
-        self.decode = self._histogram(
-            "decode_seconds", "One batched codec decoder call, until its audio is on the host", SECONDS
+        # By the pass's frames a row: a round's passes of 1, 2 and 4 frames carry the chunks that
+        # listeners wait for, in few rows, and cost more a frame than its passes of 8.
+        self.decode = Histogram(
+            "voicewire_engine_decode_seconds",
+            "One batched codec decoder pass, by its frames a row, until its audio is on the host",
+            ["frames"],
+            buckets=SECONDS,
+            registry=self.registry,
         )
-        self.decode_streams = self._histogram("decode_streams", "Streams per decoder call", STREAMS)
+        self.decode_streams = Histogram(
+            "voicewire_engine_decode_streams",
+            "Streams per decoder pass, by its frames a row",
+            ["frames"],
+            buckets=STREAMS,
+            registry=self.registry,
+        )
+        for frames in PASS_FRAMES:  # every series exists, at zero, before the first pass
+            self.decode.labels(frames)
+            self.decode_streams.labels(frames)
         self.decode_round = self._histogram(
             "decode_round_seconds",
             "One decoder round: the due chunks of listeners short of audio, then at most bulk_rows of "
@@ -328,7 +346,8 @@ def cores_used(
     return {role: sorted(cores, reverse=True) for role, cores in sorted(by_role.items())}
 
 
-# The histograms an activity report reads: seconds (reported in ms) or stream counts.
+# The histograms an activity report reads: seconds (reported in ms) or stream counts. A name may
+# select the series of some labels (`name{label="value"}`); without, it is the sum of its series.
 ENGINE_HISTOGRAMS = {
     "first_text_hop_ms": "voicewire_engine_first_text_hop_seconds",
     "first_frame_ms": "voicewire_engine_first_frame_seconds",
@@ -349,6 +368,8 @@ ENGINE_HISTOGRAMS = {
     "gc_full_pause_ms": "voicewire_engine_gc_full_pause_seconds",
     "idle_wait_ms": "voicewire_engine_idle_wait_seconds",
     "player_gap_ms": "voicewire_engine_player_gap_seconds",
+    **{f"decode_{n}_frames_ms": f'voicewire_engine_decode_seconds{{frames="{n}"}}' for n in PASS_FRAMES},
+    **{f"decode_{n}_frames_streams": f'voicewire_engine_decode_streams{{frames="{n}"}}' for n in PASS_FRAMES},
 }
 
 
@@ -359,17 +380,27 @@ def read_histograms(
     exposition: str, names: dict[str, str] = ENGINE_HISTOGRAMS
 ) -> dict[str, dict[float, float]]:
     """The histograms `names` (the engine's by default) of a /metrics exposition, as cumulative
-    counts per upper bound (+inf included), with the sum of the observed values under the key `SUM`."""
-    wanted = set(names.values())
+    counts per upper bound (+inf included), with the sum of the observed values under the key `SUM`:
+    of the series a name selects (`name{label="value",...}`), or of all its series."""
+    wanted = {name: _selector(name) for name in names.values()}
     found: dict[str, dict[float, float]] = {}
     for family in text_string_to_metric_families(exposition):
-        if family.name in wanted:
-            found[family.name] = {
-                float(s.labels["le"]) if s.name.endswith("_bucket") else SUM: s.value
-                for s in family.samples
-                if s.name.endswith(("_bucket", "_sum"))
-            }
+        for name, (base, labels) in wanted.items():
+            if family.name != base:
+                continue
+            counts = found.setdefault(name, {})
+            for s in family.samples:
+                if s.name.endswith(("_bucket", "_sum")) and labels.items() <= s.labels.items():
+                    bound = float(s.labels["le"]) if s.name.endswith("_bucket") else SUM
+                    counts[bound] = counts.get(bound, 0.0) + s.value
     return found
+
+
+def _selector(name: str) -> tuple[str, dict[str, str]]:
+    """'metric{a="x",b="y"}' -> ('metric', {'a': 'x', 'b': 'y'}); 'metric' -> ('metric', {})."""
+    base, _, rest = name.partition("{")
+    pairs = (item.split("=", 1) for item in rest.removesuffix("}").split(",") if item)
+    return base, {key.strip(): value.strip().strip('"') for key, value in pairs}
 
 
 def histogram_quantile(buckets: dict[float, float], q: float) -> float | None:

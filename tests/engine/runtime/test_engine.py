@@ -22,7 +22,7 @@ from voicewire.engine.config import (
 )
 from voicewire.engine.errors import EngineFull, InvalidOptions, InvalidVoice, StreamClosed, StreamFailed
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
-from voicewire.engine.runtime.decoder_batch import split_frames
+from voicewire.engine.runtime.decoder_batch import GRAPH_FRAMES, split_frames
 from voicewire.engine.runtime.engine import Engine
 
 TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun."
@@ -124,8 +124,8 @@ def test_metrics_count_what_the_engine_did(model: Qwen3TTS) -> None:
 
     engine, heard = asyncio.run(run())
 
-    def value(name: str) -> float:
-        found = engine.metrics.registry.get_sample_value(name)
+    def value(name: str, labels: dict[str, str] | None = None) -> float:
+        found = engine.metrics.registry.get_sample_value(name, labels)
         assert found is not None, name
         return found
 
@@ -141,10 +141,14 @@ def test_metrics_count_what_the_engine_did(model: Qwen3TTS) -> None:
     assert (
         0 < value("voicewire_engine_step_gap_seconds_sum") < value("voicewire_engine_step_seconds_sum") * 10
     )
-    # One stream: each decoder pass decodes one piece of one chunk (3 frames are a pass of 1, then 2).
-    passes = sum(len(split_frames(c.frames)) for c in heard.chunks if c.frames)
-    assert value("voicewire_engine_decode_seconds_count") == passes
-    assert value("voicewire_engine_decode_streams_sum") == passes
+    # One stream: each decoder pass decodes one piece of one chunk (3 frames are a pass of 1, then 2),
+    # counted under its frame count.
+    pieces = [n for c in heard.chunks if c.frames for n in split_frames(c.frames)]
+    for n in GRAPH_FRAMES:
+        frames = {"frames": str(n)}
+        assert value("voicewire_engine_decode_seconds_count", frames) == pieces.count(n)
+        assert value("voicewire_engine_decode_streams_sum", frames) == pieces.count(n)
+    assert {1, 2, 4} <= set(pieces)  # the schedule's sizes, 1 then 2s and 4s
     assert value("voicewire_engine_prefill_streams_sum") == value(
         "voicewire_engine_prefill_launch_seconds_count"
     )

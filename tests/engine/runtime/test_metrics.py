@@ -7,10 +7,12 @@ import threading
 import time
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
+from voicewire.engine.runtime.decoder_batch import GRAPH_FRAMES
 from voicewire.engine.runtime.metrics import (
     ENGINE_HISTOGRAMS,
+    PASS_FRAMES,
     SUM,
     EngineMetrics,
     ProcessUsage,
@@ -45,7 +47,9 @@ def test_an_engines_own_histograms_read_as_a_scrape_reads_them() -> None:
     assert set(before) == set(ENGINE_HISTOGRAMS.values())  # every one, empty ones too
     for seconds in (0.004, 0.004, 0.015):
         metrics.step.observe(seconds)
-    metrics.decode_streams.observe(3)
+    metrics.decode_streams.labels(8).observe(3)
+    metrics.decode_streams.labels(1).observe(40)
+    metrics.decode.labels(1).observe(0.0025)
     after = metrics.histograms()
     assert after == read_histograms(generate_latest(metrics.registry).decode())
     report = histogram_report(before, after)
@@ -53,8 +57,47 @@ def test_an_engines_own_histograms_read_as_a_scrape_reads_them() -> None:
     # Two in the (3, 4] ms bucket, one in (12.5, 15]: rank 1.5 at 3 + 1 x 1.5/2, rank 2.85 at
     # 12.5 + 2.5 x 0.85 (14.625, rounded to 14.62).
     assert report["step_ms"] == {"count": 3, "total": 23.0, "p50": 3.75, "p95": 14.62}
-    assert report["decode_streams"]["count"] == 1 and report["decode_streams"]["total"] == 3
-    assert report["decode_ms"] == {"count": 0, "total": 0.0, "p50": None, "p95": None}
+    # Without a selector, the sum of the frame counts' series; with one, that count's.
+    assert report["decode_streams"]["count"] == 2 and report["decode_streams"]["total"] == 43
+    assert report["decode_8_frames_streams"] == {"count": 1, "total": 3.0, "p50": 3.0, "p95": 3.9}
+    assert report["decode_1_frames_streams"]["total"] == 40
+    assert (
+        report["decode_ms"]
+        == report["decode_1_frames_ms"]
+        == {
+            "count": 1,
+            "total": 2.5,
+            "p50": 2.5,
+            "p95": 2.95,
+        }
+    )
+    assert report["decode_2_frames_ms"] == {"count": 0, "total": 0.0, "p50": None, "p95": None}
+
+
+def test_the_decoder_pass_series_are_the_graphed_frame_counts() -> None:
+    assert PASS_FRAMES == tuple(sorted(GRAPH_FRAMES))
+
+
+def test_a_selector_reads_the_series_of_its_labels() -> None:
+    registry = CollectorRegistry()
+    passes = Histogram("passes_seconds", "", ["frames", "kind"], buckets=(0.01,), registry=registry)
+    passes.labels(1, "a").observe(0.005)
+    passes.labels(1, "b").observe(0.02)
+    passes.labels(8, "a").observe(0.005)
+    exposition = generate_latest(registry).decode()
+    names = {
+        "all": "passes_seconds",
+        "one": 'passes_seconds{frames="1"}',
+        "one_a": 'passes_seconds{frames="1", kind="a"}',
+    }
+    found = read_histograms(exposition, names)
+    inf = float("inf")
+    assert found["passes_seconds"] == {0.01: 2.0, inf: 3.0, SUM: pytest.approx(0.03)}
+    assert found['passes_seconds{frames="1"}'] == {0.01: 1.0, inf: 2.0, SUM: pytest.approx(0.025)}
+    assert found['passes_seconds{frames="1", kind="a"}'] == {0.01: 1.0, inf: 1.0, SUM: 0.005}
+    assert read_histograms(exposition, {"x": 'passes_seconds{frames="2"}'}) == {
+        'passes_seconds{frames="2"}': {}
+    }
 
 
 def test_process_cpu_follows_this_process_and_reads_back_as_cores() -> None:
