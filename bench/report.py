@@ -9,6 +9,7 @@ import numpy as np
 from voicewire.bench.level import LevelRuns
 from voicewire.bench.lookahead import Lookahead
 from voicewire.bench.session import simulated_underruns
+from voicewire.engine.runtime.metrics import PASS_FRAMES
 
 
 def percentiles(values: list[float], low: bool = False) -> dict[str, float | None]:
@@ -167,14 +168,15 @@ def _cores(level: dict) -> str:
 def comparison(reports: dict[str, dict]) -> str:
     """Builds against each other as a Markdown table: a row per level of each named report (as
     scripts/ab_servers.sh writes them), with the figures an A/B reads: throughput, gaps, first
-    audio, speed, the chunks' way to the socket (the first chunks' apart), the cores used, and
-    the engine's steps and decoder rounds."""
+    audio, speed, the chunks' way to the socket (the first chunks' apart), the cores used, the
+    engine's steps and decoder rounds, and its decoder passes by size (`_passes`)."""
     lines = [
         "| build | streams × sessions | audio-s/s | streams with gaps (gap s) | first audio p50 / p95 (ms) "
         "| speed p50 / p5 | chunk delivery p50 / p95 (ms) | first chunk delivery p50 / p95 (ms) "
         "| cores: engine; workers (main, codec) "
-        "| steps: count / streams p50 | decoder rounds: count / chunks p50 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| steps: count / streams p50 | decoder rounds: count / chunks p50 "
+        f"| decoder µs a frame (passes), passes of {', '.join(map(str, PASS_FRAMES))} frames |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, report in reports.items():
         for level in report["levels"]:
@@ -189,9 +191,22 @@ def comparison(reports: dict[str, dict]) -> str:
                 f"| {_pair(level['speed_x_realtime'], 'p50', 'p5')} "
                 f"| {_pair(server.get('chunk_delivery_ms') or {}, 'p50', 'p95')} "
                 f"| {_pair(server.get('first_chunk_delivery_ms') or {}, 'p50', 'p95')} | {_cores(level)} "
-                f"| {_pair(steps, 'count', 'p50')} | {_pair(rounds, 'count', 'p50')} |"
+                f"| {_pair(steps, 'count', 'p50')} | {_pair(rounds, 'count', 'p50')} | {_passes(engine)} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _passes(engine: dict) -> str:
+    """For each decoder pass size (frames a row), the pass time a frame in µs (the passes' total
+    time over their rows' frames) and the number of passes; "–" for a size without passes."""
+    sizes = []
+    for n in PASS_FRAMES:
+        ms, rows = engine.get(f"decode_{n}_frames_ms") or {}, engine.get(f"decode_{n}_frames_streams") or {}
+        if not rows.get("total"):
+            sizes.append("–")
+            continue
+        sizes.append(f"{1000 * ms['total'] / (rows['total'] * n):.1f} ({rows['count']})")
+    return "–" if set(sizes) == {"–"} else ", ".join(sizes)
 
 
 def plot(report: dict, path: str) -> None:

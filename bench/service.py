@@ -46,6 +46,15 @@ from voicewire.bench.lookahead import lookahead_send, server_tokenizer
 from voicewire.bench.model import BenchModel
 from voicewire.bench.report import level_report
 from voicewire.bench.server_http import first_speaker, process_shares, scrape, sessions_by_process
+from voicewire.engine.runtime.metrics import (
+    cores_used,
+    histogram_report,
+    read_histograms,
+    read_process_cpu,
+    read_thread_cpu,
+    thread_cores_used,
+)
+from voicewire.server.metrics import SERVER_HISTOGRAMS
 
 
 async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
@@ -63,17 +72,6 @@ async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
     level = await run_level(load, streams, processes)
     between_scrapes_s = time.monotonic() - scraped
     after = await asyncio.to_thread(scrape, load.url)
-    # Here, not at the top: voicewire.engine brings torch, which the client processes do not need.
-    from voicewire.engine.runtime.metrics import (
-        cores_used,
-        histogram_report,
-        read_histograms,
-        read_process_cpu,
-        read_thread_cpu,
-        thread_cores_used,
-    )
-    from voicewire.server.metrics import SERVER_HISTOGRAMS
-
     engine = histogram_report(read_histograms(before), read_histograms(after))
     server = histogram_report(
         read_histograms(before, SERVER_HISTOGRAMS),

@@ -104,6 +104,16 @@ def test_builds_side_by_side() -> None:
         "engine": {
             "step_streams": {"count": 1209, "total": 256000.0, "p50": 187.71, "p95": 249.17},
             "decode_round_chunks": {"count": 224, "total": 27185.0, "p50": 118.08, "p95": 241.81},
+            # 300 one-frame passes of 4,000 rows in 1.2 s: 300 µs a frame; none of 2 frames;
+            # 100 passes of 4 frames over 1,000 rows in 0.2 s: 50 µs; 200 of 8 over 20,000 rows in 3.2 s: 20 µs.
+            "decode_1_frames_ms": {"count": 300, "total": 1200.0, "p50": 3.0, "p95": 9.0},
+            "decode_1_frames_streams": {"count": 300, "total": 4000.0, "p50": 10.0, "p95": 30.0},
+            "decode_2_frames_ms": {"count": 0, "total": 0.0, "p50": None, "p95": None},
+            "decode_2_frames_streams": {"count": 0, "total": 0.0, "p50": None, "p95": None},
+            "decode_4_frames_ms": {"count": 100, "total": 200.0, "p50": 2.0, "p95": 3.0},
+            "decode_4_frames_streams": {"count": 100, "total": 1000.0, "p50": 9.0, "p95": 20.0},
+            "decode_8_frames_ms": {"count": 200, "total": 3200.0, "p50": 15.0, "p95": 20.0},
+            "decode_8_frames_streams": {"count": 200, "total": 20000.0, "p50": 100.0, "p95": 128.0},
         },
         "server": {
             "chunk_delivery_ms": {"count": 27185, "total": 1e6, "p50": 28.26, "p95": 125.08},
@@ -116,8 +126,9 @@ def test_builds_side_by_side() -> None:
     assert len(table) == 4 and table[0].startswith("| build | streams × sessions | audio-s/s |")
     assert table[2] == (
         "| main | 256 × 10 | 1184.887 | 2 (0.072) | 161.25 / 281.53 | 4.75 / 4.34 | 28.26 / 125.08 | 12.5 / 40.25 "
-        "| 1.661; 1.518, 1.264 (main 1.1, codec 1.5) | 1209 / 187.71 | 224 / 118.08 |"
+        "| 1.661; 1.518, 1.264 (main 1.1, codec 1.5) | 1209 / 187.71 | 224 / 118.08 "
+        "| 300.0 (300), –, 50.0 (100), 20.0 (200) |"
     )
     assert table[3] == (
-        "| in process | 256 × 10 | 1184.887 | 2 (0.072) | 161.25 / 281.53 | 4.75 / 4.34 | – | – | – | – | – |"
+        "| in process | 256 × 10 | 1184.887 | 2 (0.072) | 161.25 / 281.53 | 4.75 / 4.34 | – | – | – | – | – | – |"
     )
