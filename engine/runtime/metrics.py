@@ -73,19 +73,14 @@ class EngineMetrics:
         )
         # By the pass's frames a row: a round's passes of 1, 2 and 4 frames carry the chunks that
         # listeners wait for, in few rows, and cost more a frame than its passes of 8.
-        self.decode = Histogram(
-            "voicewire_engine_decode_seconds",
+        self.decode = self._histogram(
+            "decode_seconds",
             "One batched codec decoder pass, by its frames a row, until its audio is on the host",
-            ["frames"],
-            buckets=SECONDS,
-            registry=self.registry,
+            SECONDS,
+            labels=("frames",),
         )
-        self.decode_streams = Histogram(
-            "voicewire_engine_decode_streams",
-            "Streams per decoder pass, by its frames a row",
-            ["frames"],
-            buckets=STREAMS,
-            registry=self.registry,
+        self.decode_streams = self._histogram(
+            "decode_streams", "Streams per decoder pass, by its frames a row", STREAMS, labels=("frames",)
         )
         for frames in PASS_FRAMES:  # every series exists, at zero, before the first pass
             self.decode.labels(frames)
@@ -147,8 +142,12 @@ class EngineMetrics:
         )
         self.frames = Counter("voicewire_engine_frames", "Frames of codes made", registry=self.registry)
 
-    def _histogram(self, name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
-        return Histogram(f"voicewire_engine_{name}", documentation, buckets=buckets, registry=self.registry)
+    def _histogram(
+        self, name: str, documentation: str, buckets: tuple[float, ...], labels: tuple[str, ...] = ()
+    ) -> Histogram:
+        return Histogram(
+            f"voicewire_engine_{name}", documentation, labels, buckets=buckets, registry=self.registry
+        )
 
     def histograms(self) -> dict[str, dict[float, float]]:
         """This engine's histograms now, as `read_histograms` reads them from an exposition."""
