@@ -382,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="SECTION.FIELD=VALUE[,...]",
         help="A/B on one engine: the run as configured, then with these live settings (chunks, "
-        "urgent_chunks, prefill_wait; a list as 3/2/2/4/8); repeat for more arms. Arms take "
+        "urgent_chunks, prefill_wait, first_chunk_alone; a list as 3/2/2/4/8); repeat for more arms. Arms take "
         "turns, --rounds times; a report per run and each arm's median",
     )
     bench.add_argument("--rounds", type=int, default=1, help="with --arm: times the arms take their turns")

@@ -12,6 +12,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from voicewire.engine.config import EngineConfig, GenerationOptions
@@ -23,12 +24,37 @@ if TYPE_CHECKING:  # live_streams.py imports FrameSink from here
     from voicewire.engine.runtime.live_streams import LiveStreams
 
 
+class PassFence:
+    """What a talker that waits for a new stream's first chunk hands the decoder with that stream's
+    first frames (`config.FirstChunkAlone`): the decoder opens it once it has queued the pass that
+    decodes that chunk, with a CUDA event recorded after the pass (None on CPU, or when the frames
+    made no chunk due), and the talker's next step waits for that event on the GPU."""
+
+    def __init__(self, streams: list[int]) -> None:
+        self.streams = frozenset(streams)  # the ids of the streams whose first chunk it waits for
+        self._opened = threading.Event()
+        self._event: torch.cuda.Event | None = None
+
+    def open(self, event: torch.cuda.Event | None = None) -> None:
+        """From the decoder's thread; only the first call counts."""
+        if not self._opened.is_set():
+            self._event = event
+            self._opened.set()
+
+    def wait(self, timeout: float) -> torch.cuda.Event | None:
+        """The pass's event, or None if none came within `timeout` seconds (the talker goes on)."""
+        return self._event if self._opened.wait(timeout) else None
+
+
 class FrameSink(Protocol):
-    """Where frames go, in order per stream: open, frames and segment ends, then close or drop."""
+    """Where frames go, in order per stream: open, frames and segment ends, then close or drop.
+    `fence`, with a step's frames: open it once the first chunk of its streams is queued."""
 
     def open(self, stream: Stream, warmup: Tensor | None) -> None: ...
 
-    def frames(self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry]) -> None: ...
+    def frames(
+        self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry], fence: PassFence | None = None
+    ) -> None: ...
 
     def segment_end(self, stream: Stream, flushed: bool) -> None: ...
 

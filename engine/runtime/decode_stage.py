@@ -15,6 +15,7 @@ talker's stream priority.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import logging
 import queue
@@ -31,6 +32,7 @@ from torch import Tensor
 from voicewire.engine.config import ChunkSchedule, UrgentChunks
 from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.model.codec_decoder import CodecDecoder
+from voicewire.engine.runtime.backend import PassFence
 from voicewire.engine.runtime.decoder_batch import BatchedDecoder, split_frames
 from voicewire.engine.runtime.metrics import EngineMetrics
 from voicewire.engine.runtime.playback import SimulatedPlayer
@@ -145,6 +147,7 @@ class DecoderStage:
         self._in_round: set[int] = set()  # the streams with a chunk in the round that runs
         self._joined = 0  # chunks that joined it
         self._round_started = 0.0  # time.monotonic() as it began
+        self._fences: list[PassFence] = []  # from the talker: open each once its first chunks are queued
 
     @property
     def open_streams(self) -> int:
@@ -156,8 +159,10 @@ class DecoderStage:
     def open(self, stream: Stream, warmup: Tensor | None) -> None:
         self._inbox.put(("open", stream, warmup))
 
-    def frames(self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry]) -> None:
-        self._inbox.put(("frames", streams, codes, fed))
+    def frames(
+        self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry], fence: PassFence | None = None
+    ) -> None:
+        self._inbox.put(("frames", streams, codes, fed, fence))
 
     def segment_end(self, stream: Stream, flushed: bool) -> None:
         self._inbox.put(("mark", stream, _Mark(flushed=flushed)))
@@ -199,6 +204,7 @@ class DecoderStage:
                 self.on_stop(exc)
             for decoding in list(self._streams.values()):
                 self._fail(decoding, exc)
+            self._open_fences(self._fences)
 
     @torch.inference_mode()
     def process(self) -> None:
@@ -213,6 +219,9 @@ class DecoderStage:
                 except queue.Empty:
                     break
             if not self._decode_due():
+                # Fences still closed had frames that made no chunk due (their streams failed or
+                # went): the talker need not wait for them.
+                self._open_fences(self._fences)
                 return
 
     def _apply(self, message: tuple) -> None:
@@ -227,7 +236,9 @@ class DecoderStage:
                 # In-context cloning: the audio continues the reference, so decoding starts from its codes.
                 self.batch.decode([row], warmup[None])
         elif kind == "frames":
-            streams, codes, fed = args
+            streams, codes, fed, fence = args
+            if fence is not None:
+                self._fences.append(fence)
             for i, (stream, entry) in enumerate(zip(streams, fed, strict=True)):
                 decoding = self._streams.get(stream.id)
                 if decoding is not None:  # None: it failed here and the scheduler has not seen that yet
@@ -320,10 +331,17 @@ class DecoderStage:
             size = min(chunk.pieces[0] for chunk in due)
             riders = [chunk for chunk in due if chunk.pieces[0] == size]
             codes = np.array([[f.codes for f in chunk.next_frames(size)] for chunk in riders], dtype=np.int64)
+            # The fences of streams whose first chunk this pass completes open once it is queued.
+            firsts = {
+                c.decoding.stream.id for c in riders if c.decoding.chunk_index == 0 and len(c.pieces) == 1
+            }
+            fences = [fence for fence in self._fences if fence.streams & firsts]
             started = time.monotonic()
             try:
                 pcm = self.batch.decode(
-                    [chunk.decoding.row for chunk in riders], torch.from_numpy(codes)
+                    [chunk.decoding.row for chunk in riders],
+                    torch.from_numpy(codes),
+                    functools.partial(self._open_fences, fences, queued=True) if fences else None,
                 ).numpy()
             except Exception as exc:
                 log.exception("decoding failed for %d streams", len(riders))
@@ -338,6 +356,17 @@ class DecoderStage:
                 if not chunk.pieces:
                     self._deliver(chunk)
             due = [chunk for chunk in due if chunk.pieces]
+
+    def _open_fences(self, fences: list[PassFence], queued: bool = False) -> None:
+        """Open `fences`, with an event after the work queued so far on this thread's CUDA stream
+        if `queued` (a pass the talker waits for)."""
+        event = None
+        if queued and self.device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record()
+        for fence in fences:
+            fence.open(event)
+        self._fences = [fence for fence in self._fences if fence not in fences]
 
     def _join_waiting(self) -> list[_Chunk]:
         """Between a round's passes: chunks that came due since it began, of listeners waiting now

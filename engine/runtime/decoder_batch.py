@@ -149,11 +149,16 @@ class BatchedDecoder:
             self._shapes[(b, 1)].rows.copy_(cuda_graphs.pinned(padded, self.device), non_blocking=True)
             graph.replay()
 
-    def decode(self, rows: list[int], codes: Tensor) -> Tensor:
-        """Codes [B, n, 16] (any device) for the streams in `rows` -> samples [B, n * upsample] float32 on CPU."""
+    def decode(self, rows: list[int], codes: Tensor, launched: Callable[[], None] | None = None) -> Tensor:
+        """Codes [B, n, 16] (any device) for the streams in `rows` -> samples [B, n * upsample] float32
+        on CPU. `launched()` is called once the work is queued on the current stream, before the
+        wait for it."""
         if self.buckets is None:
             codes = cuda_graphs.to_device(codes, self.device)
-            return to_host(self._decode_eager(self._index(rows), codes))
+            audio = self._decode_eager(self._index(rows), codes)
+            if launched is not None:
+                launched()
+            return to_host(audio)
         host = codes.numpy() if codes.device.type == "cpu" else codes.cpu().numpy()
         plan: list[tuple[int, int, list[tuple[int, int]]]] = []  # (frames, first frame, (row, rows) groups)
         first = 0
@@ -179,6 +184,8 @@ class BatchedDecoder:
                     rows[lo : lo + k], host[lo : lo + k, first : first + n], out[lo : lo + k], at
                 )
             passes.append(out)
+        if launched is not None:
+            launched()
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
         return passes[0] if len(passes) == 1 else torch.cat(passes, dim=1)

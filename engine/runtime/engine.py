@@ -49,7 +49,7 @@ CLOSE_TIMEOUT_S = 30.0
 # delays every scheduler round by up to 5 ms per hand-over.
 GIL_SWITCH_INTERVAL_S = 0.0005
 # What `Engine.tune` may change; `chunks` holds for streams opened after.
-LIVE_SETTINGS = ("chunks", "urgent_chunks", "prefill_wait")
+LIVE_SETTINGS = ("chunks", "urgent_chunks", "prefill_wait", "first_chunk_alone")
 
 
 def engine_info(model: Qwen3TTS) -> EngineInfo:

@@ -27,7 +27,7 @@ from voicewire.engine.config import EngineConfig, GenerationOptions
 from voicewire.engine.errors import EngineError, StreamFailed
 from voicewire.engine.model.prompt import Rows, embed_rows, segment_can_start, segment_rows
 from voicewire.engine.model.qwen3_tts import ModelParts
-from voicewire.engine.runtime.backend import FrameSink
+from voicewire.engine.runtime.backend import FrameSink, PassFence
 from voicewire.engine.runtime.decode_stage import TALKER_PRIORITY
 from voicewire.engine.runtime.frame_step import MIN_FRAMES, FrameStepper
 from voicewire.engine.runtime.live_streams import LiveStream, LiveStreams
@@ -175,6 +175,15 @@ class Scheduler:
             prompts = []  # still ready next round, with any that join them
         if prompts:
             self._start(prompts)
+        fence = self._fence(self._launched)
+        if fence is not None:
+            # Read before the next launch, which then waits for the first chunk's pass on the GPU.
+            assert self._launched is not None
+            self._collect(self._launched, fence)
+            self._launched = None
+            event = fence.wait(self.config.first_chunk_alone.wait_s)
+            if event is not None:
+                torch.cuda.current_stream(self.stepper.device).wait_event(event)
         ready = [live for live in self.streams.live if self._ready(live)]
         launched = self._launch(ready) if ready else None
         if self._launched is not None:
@@ -193,6 +202,18 @@ class Scheduler:
             for live in self.streams.live:
                 self.metrics.idle_streams.labels(self._waiting_on(live)).inc()
         return busy
+
+    def _fence(self, launched: _Launched | None) -> PassFence | None:
+        """A fence for the streams whose first chunk the launched step completes, if it steps at
+        most `first_chunk_alone.rows` streams (`config.FirstChunkAlone`)."""
+        if launched is None or not 0 < len(launched.rows) <= self.config.first_chunk_alone.rows:
+            return None
+        first = [
+            live.stream.id
+            for live, _, _ in launched.rows
+            if live.frames + 1 == (live.stream.options.chunks or self.config.chunks).first_frames
+        ]
+        return PassFence(first) if first else None
 
     def _advance(self, live: _SlotStream) -> _Prompt | None:
         """The stream's next talker sequence, if it has enough text to start."""
@@ -376,9 +397,15 @@ class Scheduler:
             live.in_flight += 1
         return _Launched(rows, host, done, started)
 
-    def _collect(self, launched: _Launched) -> None:
-        """Read a launched step and hand its frames on; streams whose sequence ended at EOS in the
-        step before have their frame in this one taken back."""
+    def _collect(self, launched: _Launched, fence: PassFence | None = None) -> None:
+        """Read a launched step and hand its frames on (with `fence`, which opens at once if none
+        go); streams whose sequence ended at EOS in the step before have their frame in this one
+        taken back."""
+        if not self._read(launched, fence) and fence is not None:
+            fence.open()
+
+    def _read(self, launched: _Launched, fence: PassFence | None) -> bool:
+        """`_collect`; returns whether any frames went to the sink."""
         try:
             if launched.done is not None:
                 launched.done.synchronize()  # the one wait for the GPU per step
@@ -388,7 +415,7 @@ class Scheduler:
             for live, _, _ in launched.rows:
                 live.in_flight -= 1
                 self._fail(live, exc)
-            return
+            return False
         done = self._last_collect = time.monotonic()
         self.metrics.step.observe(done - launched.at)
         self.metrics.step_streams.observe(len(launched.rows))
@@ -407,13 +434,13 @@ class Scheduler:
                 self.stepper.clear(live.slot)
                 self._fail(live, StreamFailed("the talker produced non-finite values for this stream"))
         if not ok:
-            return
+            return False
         self.metrics.frames.inc(len(ok))
         for live in ok:
             first_text = live.stream.first_text_at
             if live.frames == 0 and first_text is not None:
                 self.metrics.first_frame.observe(done - first_text)
-        self.sink.frames([live.stream for live in ok], frame[[live.slot for live in ok]], ok_fed)
+        self.sink.frames([live.stream for live in ok], frame[[live.slot for live in ok]], ok_fed, fence)
         eos = self.parts.talker.cfg.codec_eos_id
         for live in ok:
             head = live.segments.head
@@ -436,6 +463,7 @@ class Scheduler:
                     segment.frames -= 1
                     self.stepper.take_back(live.slot)
                 self._end_segment(live)
+        return True
 
     def _guard_frames(self, live: _SlotStream, segment: Segment) -> int | None:
         """The speech guard's bound on this sequence (None: not guarded, or text still coming)."""

@@ -18,6 +18,7 @@ from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model.prompt import build_prompt
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
 from voicewire.engine.model.random_checkpoint import TINY_WARNING
+from voicewire.engine.runtime.backend import PassFence
 from voicewire.engine.runtime.cpu_threads import use_cpu_threads
 from voicewire.engine.runtime.scheduler import Scheduler
 from voicewire.engine.runtime.segments import SegmentPolicy, TrackEntry
@@ -124,8 +125,12 @@ class _CodesCollector:
     def open(self, stream: Stream, warmup: torch.Tensor | None) -> None:
         pass
 
-    def frames(self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry]) -> None:
+    def frames(
+        self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry], fence: PassFence | None = None
+    ) -> None:
         self.codes.extend(codes)
+        if fence is not None:
+            fence.open()  # no decoder here to wait for
 
     def segment_end(self, stream: Stream, flushed: bool) -> None:
         pass

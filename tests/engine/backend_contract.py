@@ -21,7 +21,7 @@ from torch import Tensor
 from voicewire.engine.config import EngineConfig, GenerationOptions, StreamOptions
 from voicewire.engine.errors import EngineError, EngineFull, StreamFailed
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
-from voicewire.engine.runtime.backend import TalkerBackend
+from voicewire.engine.runtime.backend import PassFence, TalkerBackend
 from voicewire.engine.runtime.segments import SegmentPolicy, TrackEntry
 from voicewire.engine.runtime.stream import Stream
 from voicewire.engine.voice import Voice
@@ -62,7 +62,9 @@ class Recorder:
     def open(self, stream: Stream, warmup: Tensor | None) -> None:
         self._update(stream, lambda heard: setattr(heard, "opened", True))
 
-    def frames(self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry]) -> None:
+    def frames(
+        self, streams: list[Stream], codes: np.ndarray, fed: list[TrackEntry], fence: PassFence | None = None
+    ) -> None:
         for stream, row in zip(streams, codes, strict=True):
             self._update(stream, lambda heard, row=row: heard.codes.append(np.array(row)))
 

@@ -20,7 +20,9 @@ def test_first_chunks_decode_before_running_streams_chunks(tiny_models) -> None:
     stage = DecoderStage(model.decoder, slots=4, chunks=ChunkSchedule(1, (8,)))
     calls: list[tuple[int, int]] = []  # (stream row, frames) per decode call, in order
     decode = stage.batch.decode
-    stage.batch.decode = lambda rows, codes: calls.append((rows[0], codes.shape[1])) or decode(rows, codes)
+    stage.batch.decode = lambda rows, codes, launched=None: (
+        calls.append((rows[0], codes.shape[1])) or decode(rows, codes, launched)
+    )
     voice = model.voice(speaker="vivian")
     running, new = (Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2))
     codes = np.arange(16, dtype=np.int64)[None] * 7
@@ -44,7 +46,9 @@ def test_chunks_due_at_different_counts_share_decoder_passes(tiny_models) -> Non
     stage = DecoderStage(model.decoder, slots=4, chunks=ChunkSchedule(1, (8,)))
     calls: list[tuple[list[int], int]] = []  # (stream rows, frames) per decoder pass, in order
     decode = stage.batch.decode
-    stage.batch.decode = lambda rows, codes: calls.append((list(rows), codes.shape[1])) or decode(rows, codes)
+    stage.batch.decode = lambda rows, codes, launched=None: (
+        calls.append((list(rows), codes.shape[1])) or decode(rows, codes, launched)
+    )
     voice = model.voice(speaker="vivian")
     streams = [Stream(i, voice, StreamOptions(), model.tokenizer, lambda: None) for i in (1, 2, 3)]
     gen = np.random.default_rng(4)
@@ -118,8 +122,8 @@ def _round_of_two_listeners(model, urgent: UrgentChunks, monkeypatch: pytest.Mon
     calls: list[tuple[list[str], int]] = []
     decode = stage.batch.decode
     names = {stage._streams[a.id].row: "a"}
-    stage.batch.decode = lambda rows, codes: (
-        calls.append(([names.get(r, "b") for r in rows], codes.shape[1])) or decode(rows, codes)
+    stage.batch.decode = lambda rows, codes, launched=None: (
+        calls.append(([names.get(r, "b") for r in rows], codes.shape[1])) or decode(rows, codes, launched)
     )
     stage.open(b, None)
     stage.frames([a, b], np.concatenate([codes, codes]), fed * 2)
@@ -193,12 +197,12 @@ def test_bulk_rows_leave_the_chunks_with_most_in_hand_for_the_next_round(
     decode = stage.batch.decode
     names = {stage._streams[s.id].row: name for name, s in zip("ab", (a, b), strict=True)}
 
-    def decoding(rows, frames):
+    def decoding(rows, frames, launched=None):
         if not calls:
             stage.open(d, None)
             feed([d])
         calls.append([names.get(r, "c" if len(calls) == 0 else "d") for r in rows])
-        return decode(rows, frames)
+        return decode(rows, frames, launched)
 
     stage.batch.decode = decoding
     stage.open(c, None)
@@ -233,9 +237,9 @@ def test_urgent_rows_take_the_listeners_with_least_in_hand_first(
     calls: list[list[str]] = []
     decode = stage.batch.decode
 
-    def decoding(rows, frames):
+    def decoding(rows, frames, launched=None):
         calls.append([names.get(r, "c") for r in rows])
-        return decode(rows, frames)
+        return decode(rows, frames, launched)
 
     stage.batch.decode = decoding
     stage.open(c, None)
@@ -259,7 +263,9 @@ def test_among_listeners_with_audio_in_hand_an_ended_stream_goes_first(
     calls: list[list[str]] = []
     decode = stage.batch.decode
     names = {stage._streams[s.id].row: name for name, s in zip("ab", (a, b), strict=True)}
-    stage.batch.decode = lambda rows, frames: calls.append([names[r] for r in rows]) or decode(rows, frames)
+    stage.batch.decode = lambda rows, frames, launched=None: (
+        calls.append([names[r] for r in rows]) or decode(rows, frames, launched)
+    )
     feed([a, b])
     if ended:
         stage.close(a, "end", 5, 5)
@@ -322,12 +328,12 @@ def _round_in_flight(model, monkeypatch: pytest.MonkeyPatch, during) -> tuple:
     calls: list[tuple[list[str], int]] = []
     decode = stage.batch.decode
 
-    def decoding(rows, frames):
+    def decoding(rows, frames, launched=None):
         if not calls:
             during(stage, streams, feed)
         owners = {stage._streams[s.id].row: name for name, s in streams.items() if s.id in stage._streams}
         calls.append(([owners[r] for r in rows], frames.shape[1]))
-        return decode(rows, frames)
+        return decode(rows, frames, launched)
 
     stage.batch.decode = decoding
     feed("running", frames=13)

@@ -15,6 +15,7 @@ from tests.engine.streaming import collect, feed, speak
 from voicewire.engine.config import (
     ChunkSchedule,
     EngineConfig,
+    FirstChunkAlone,
     PrefillWait,
     SpeechGuard,
     StreamOptions,
@@ -431,6 +432,48 @@ def test_tune_changes_only_the_live_settings(tiny_models) -> None:
         with pytest.raises(InvalidOptions, match="kv_length cannot change on a running engine"):
             engine.tune(kv_length=256)
         assert engine.config.kv_length == 128
+
+
+@pytest.mark.parametrize("first_frames", [1, 2])
+def test_with_first_chunk_alone_the_next_step_waits_for_the_first_chunks_pass(
+    model: Qwen3TTS, first_frames: int
+) -> None:
+    """The step that completes a new stream's first chunk is read before the next is launched, and
+    that launch waits for the decoder to queue the chunk's pass (on CUDA its stream then waits for
+    the pass on the GPU too). Off, steps are pipelined: the next is launched before the host reads
+    the one before. The audio is the same."""
+    chunks = ChunkSchedule(first_frames=first_frames, frames=(2, 4))
+
+    def run(alone: FirstChunkAlone) -> tuple[list[str], np.ndarray]:
+        calls: list[str] = []
+        config = EngineConfig(max_streams=2, kv_length=256, chunks=chunks, first_chunk_alone=alone)
+        with Engine(model, config) as engine:
+            stepper, batch = engine.scheduler.stepper, engine.decoder_stage.batch
+            step, decode = stepper.step, batch.decode
+
+            def logged_step(*args, **kwargs):
+                calls.append("step")
+                return step(*args, **kwargs)
+
+            def logged_decode(rows, codes, launched=None):
+                calls.append(f"decode {codes.shape[1]}")
+                return decode(rows, codes, launched)
+
+            stepper.step, batch.decode = logged_step, logged_decode  # type: ignore[method-assign]
+
+            async def speak_once():
+                return await speak(engine.open_stream(await engine.voice(speaker="ryan"), GREEDY), [TEXT])
+
+            heard = asyncio.run(speak_once())
+        return calls, heard.audio
+
+    first = f"decode {first_frames}"
+    off, audio_off = run(FirstChunkAlone())
+    on, audio_on = run(FirstChunkAlone(rows=8, wait_s=10.0))  # a bound no CI machine meets
+    steps_before = first_frames + 1  # the step after the one that completes the first chunk is in
+    assert off.index(first) >= steps_before  # (the decoder's thread may come later still)
+    assert on[: steps_before + 1] == ["step"] * (steps_before - 1) + [first, "step"]
+    np.testing.assert_array_equal(audio_on, audio_off)
 
 
 def test_the_speech_guard_ends_a_sequence_that_never_says_end_of_speech(model: Qwen3TTS) -> None:

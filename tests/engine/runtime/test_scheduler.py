@@ -29,7 +29,7 @@ class Recorder:
         self.codes[stream.id], self.fed[stream.id], self.segment_ends[stream.id] = [], [], []
         self.ends_at[stream.id] = []
 
-    def frames(self, streams, codes, fed) -> None:
+    def frames(self, streams, codes, fed, fence=None) -> None:
         for stream, row, entry in zip(streams, codes, fed, strict=True):
             self.codes[stream.id].append(torch.from_numpy(row))
             self.fed[stream.id].append(entry)
