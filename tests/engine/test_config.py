@@ -2,7 +2,14 @@ from pathlib import Path
 
 import pytest
 
-from voicewire.engine.config import ChunkSchedule, EngineConfig, PrefillWait, SpeechGuard, UrgentChunks
+from voicewire.engine.config import (
+    ChunkSchedule,
+    EngineConfig,
+    FirstChunkAlone,
+    PrefillWait,
+    SpeechGuard,
+    UrgentChunks,
+)
 from voicewire.engine.errors import InvalidOptions
 from voicewire.engine.runtime.segments import Segment, SegmentPolicy
 
@@ -115,6 +122,21 @@ def test_prefill_wait_is_off_unless_set_and_the_torch_schedulers_alone() -> None
         EngineConfig.from_dict({"prefill_wait": {"prompts": 0}})
     with pytest.raises(InvalidOptions, match="vLLM schedules its own prefills"):
         EngineConfig(backend="vllm", prefill_wait=PrefillWait(max_s=0.01))
+
+
+def test_first_chunk_alone_is_off_unless_set_and_the_torch_schedulers_alone() -> None:
+    assert EngineConfig().first_chunk_alone == FirstChunkAlone(rows=0, wait_s=0.005)
+    config = EngineConfig.from_dict({"first_chunk_alone": {"rows": 8}})
+    assert config.first_chunk_alone == FirstChunkAlone(rows=8, wait_s=0.005)
+    assert EngineConfig.from_yaml(CONFIGS / "gpu.yaml").first_chunk_alone.rows == 8
+    with pytest.raises(
+        InvalidOptions, match="unknown first_chunk_alone settings: streams; allowed: rows, wait_s"
+    ):
+        EngineConfig.from_dict({"first_chunk_alone": {"streams": 8}})
+    with pytest.raises(InvalidOptions, match="first_chunk_alone needs rows >= 0 and wait_s >= 0"):
+        FirstChunkAlone(wait_s=-1)
+    with pytest.raises(InvalidOptions, match="vLLM launches its own steps"):
+        EngineConfig(backend="vllm", first_chunk_alone=FirstChunkAlone(rows=8))
 
 
 def test_the_speech_guard_section_and_its_bound() -> None:

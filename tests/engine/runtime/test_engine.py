@@ -426,8 +426,9 @@ def test_tune_changes_only_the_live_settings(tiny_models) -> None:
         engine.tune(prefill_wait=PrefillWait(max_s=0.01), urgent_chunks=UrgentChunks(in_hand_s=0.5))
         assert engine.scheduler.config.prefill_wait == PrefillWait(max_s=0.01)
         assert engine.decoder_stage.urgent == UrgentChunks(in_hand_s=0.5)
-        engine.tune(chunks=ChunkSchedule(1, (3, 2)))
+        engine.tune(chunks=ChunkSchedule(1, (3, 2)), first_chunk_alone=FirstChunkAlone(rows=4))
         assert engine.decoder_stage.chunks == ChunkSchedule(1, (3, 2))
+        assert engine.scheduler.config.first_chunk_alone == FirstChunkAlone(rows=4)
         assert engine.decoder_stage.urgent == UrgentChunks(in_hand_s=0.5)  # the others kept
         with pytest.raises(InvalidOptions, match="kv_length cannot change on a running engine"):
             engine.tune(kv_length=256)
