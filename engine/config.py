@@ -271,10 +271,6 @@ class EngineConfig:
     # kernel (engine.fused_conv.unit): its dilated conv, the activation and the 1x1 conv with the
     # residual. A graphed 256 x 8 decoder pass on an H200 went 35.2 -> 33.3 ms (docs/engine.md).
     fused_unit: bool = True
-    # On CUDA, from 3 rows on, each decoder layer's residual sums and norms inside its q/k/v and
-    # gate/up projections, as Triton GEMMs, with SiLU * up in the latter (engine.norm_gemm): five
-    # kernels a layer instead of eight. Off until it is timed against cuBLAS on a GPU.
-    fused_norm_gemm: bool = False
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
     urgent_chunks: UrgentChunks = field(default_factory=UrgentChunks)

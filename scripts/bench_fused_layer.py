@@ -22,10 +22,6 @@ figure a CUDA graph of the work replayed (CUDA only; docs/log/2026-11.md, "The f
   conv-passes only conv's decoder passes, more arms with engine/kernels/decoder_window.py's
              attention as well, then with the 96-channel residual units as one kernel each
              (fused_unit), and at 256 x 8 the kernels of each by GPU time
-  norm-gemm  engine/kernels/norm_gemm.py's normed q/k/v and gate/up projections against the
-             compiled sum and norm, cuBLAS and SiLU * up, per row count; then a talker step and a
-             code-predictor frame per batch (64-256) with it and without
-  norm-gemm-sweep  at 192 and 256 rows, the best tiles of a sweep for each projection
 
 Usage: python scripts/bench_fused_layer.py MODE [--out FILE.json]
 """
@@ -47,15 +43,7 @@ import torch.nn.functional as F
 import triton
 
 from voicewire.engine.config import SamplingParams
-from voicewire.engine.kernels import (
-    fused_conv,
-    fused_draw,
-    fused_layer,
-    fused_snake,
-    norm_gemm,
-    pdl,
-    pointwise,
-)
+from voicewire.engine.kernels import fused_conv, fused_draw, fused_layer, fused_snake, pdl, pointwise
 from voicewire.engine.kernels.choice import Kernels, pdl_supported
 from voicewire.engine.model import codec_decoder
 from voicewire.engine.model import random_checkpoint as tiny
@@ -561,113 +549,13 @@ def bench_decoder_passes() -> list[dict]:
     return rows_out
 
 
-def bench_norm_gemm(sweep: bool = False) -> list[dict]:
-    """engine/kernels/norm_gemm.py's normed projections against the compiled residual sum and norm,
-    cuBLAS's GEMM (and SiLU * up), per projection and row count (24 weights, more than L2 holds),
-    each one's largest difference from float32 math; then a talker step (28 layers, span 128) and a
-    code-predictor frame per batch with the kernel and without (the attention kernel on in both).
-    `sweep`: at 192 and 256 rows, the best of a sweep of tiles for each projection instead."""
-    copies, out_rows = 24, []
-    norm = 1 + 0.1 * torch.randn(1024, device=DEVICE, dtype=DTYPE)
-    add_rms_norm = pointwise.compiled(pointwise.add_rms_norm)
-    silu_mul = pointwise.compiled(pointwise.silu_mul)
-    for name, width, gated in (("qkv", 4096, False), ("gate_up", 6144, True)):
-        weights = [torch.randn(width, 1024, device=DEVICE, dtype=DTYPE) / 32 for _ in range(copies)]
-        for m in (192, 256) if sweep else (64, 128, 192, 256, 512, 2048):
-            x, delta = (torch.randn(m, 1024, device=DEVICE, dtype=DTYPE) for _ in range(2))
-
-            def unfused(x=x, delta=delta, weights=weights, gated=gated) -> list[torch.Tensor]:
-                outs = []
-                for w in weights:
-                    _, h = add_rms_norm(x, delta, norm, 1e-6)
-                    y = F.linear(h, w)
-                    outs.append(silu_mul(*y.chunk(2, dim=-1)) if gated else y)
-                return outs
-
-            def fused(launch=None, x=x, delta=delta, weights=weights, gated=gated) -> list[torch.Tensor]:
-                return [
-                    norm_gemm.norm_gemm(x, w, norm, 1e-6, delta, gated, with_pdl(), launch)[0]
-                    for w in weights
-                ]
-
-            _, h = pointwise.add_rms_norm(x.float(), delta.float(), norm.float(), 1e-6)
-            y = F.linear(h, weights[0].float())
-            exact = pointwise.silu_mul(*y.chunk(2, dim=-1)) if gated else y
-            row: dict[str, object] = {
-                "projection": name,
-                "rows": m,
-                "unfused_us": round(graph_ms(unfused) / copies * 1e3, 2),
-                "unfused_max_diff": (unfused()[0].float() - exact).abs().max().item(),
-                "fused_max_diff": (fused()[0].float() - exact).abs().max().item(),
-            }
-            if sweep:
-                timed = []
-                for bm, bn, bk, (warps, stages) in itertools.product(
-                    (32, 64, 128), (64, 128), (64, 128), ((4, 3), (8, 3), (4, 4))
-                ):
-                    launch = norm_gemm.Tiles(bm, bn, bk, warps, stages)
-                    try:
-                        us = graph_ms(functools.partial(fused, launch)) / copies * 1e3
-                    except Exception as exc:  # e.g. out of shared memory at the largest tiles
-                        print(json.dumps({"tiles": dataclasses.astuple(launch), "error": str(exc)[:200]}))
-                        continue
-                    timed.append((round(us, 2), dataclasses.astuple(launch)))
-                row["best"] = sorted(timed)[:5]
-                row["chosen"] = dataclasses.astuple(norm_gemm.tiles(m, gated))
-            else:
-                row["fused_us"] = round(graph_ms(fused) / copies * 1e3, 2)
-            print(json.dumps(row), flush=True)
-            out_rows.append(row)
-    if sweep:
-        return out_rows
-    predictor, talker = stack_of(5), stack_of(28)
-    for b in (64, 128, 192, 256):
-        x1 = torch.randn(b, 1, 1024, device=DEVICE, dtype=DTYPE)
-        x2 = torch.randn(b, 2, 1024, device=DEVICE, dtype=DTYPE)
-        first = torch.arange(2, device=DEVICE).expand(b, 2).contiguous()
-        later = [torch.full((b, 1), k, device=DEVICE, dtype=torch.long) for k in range(2, 16)]
-        cache = predictor.new_cache(b, 16)
-        talker_cache = talker.new_cache(b, 1024)
-        talker_cache.k.normal_()
-        talker_cache.v.normal_()
-        spanned = KVCache(talker_cache.k, talker_cache.v, talker_cache.cos, talker_cache.sin, span=128)
-        positions = torch.full((b, 1), 100, device=DEVICE, dtype=torch.long)
-
-        def frame(cache: KVCache = cache, x2=x2, x1=x1, first=first, later=later) -> torch.Tensor:
-            hidden = predictor(x2, first, cache)
-            for at in later:
-                hidden = predictor(x1, at, cache)
-            return hidden
-
-        row = {"batch": b}
-        outputs = {}
-        for arm, on in (("unfused", False), ("norm_gemm", True)):
-            dataclasses.replace(kernels(), norm_gemm=on).bind(predictor, talker)
-            cache.k.zero_()
-            cache.v.zero_()
-            outputs[arm] = (frame().float(), talker(x1, positions, spanned).float())
-            row[f"{arm}_predictor_frame_ms"] = round(graph_ms(frame), 3)
-            row[f"{arm}_talker_step_ms"] = round(
-                graph_ms(functools.partial(talker, x1, positions, spanned)), 3
-            )
-        row["predictor_max_difference"] = (outputs["unfused"][0] - outputs["norm_gemm"][0]).abs().max().item()
-        row["talker_max_difference"] = (outputs["unfused"][1] - outputs["norm_gemm"][1]).abs().max().item()
-        print(json.dumps(row), flush=True)
-        out_rows.append(row)
-    return out_rows
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "mode",
-        choices=[
-            "stack", "attention", "gemv", "draw", "snake", "conv", "conv-sweep", "conv-passes", "norm-gemm",
-            "norm-gemm-sweep",
-        ],
-    )  # fmt: skip
+        "mode", choices=["stack", "attention", "gemv", "draw", "snake", "conv", "conv-sweep", "conv-passes"]
+    )
     parser.add_argument("--out", type=Path, help="write the rows here as JSON")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -682,8 +570,6 @@ def main() -> None:
             "conv": bench_conv,
             "conv-sweep": functools.partial(bench_conv, sweep=True),
             "conv-passes": bench_decoder_passes,
-            "norm-gemm": bench_norm_gemm,
-            "norm-gemm-sweep": functools.partial(bench_norm_gemm, sweep=True),
         }
         rows = modes[args.mode]()
     report = {"device": torch.cuda.get_device_name(DEVICE), "mode": args.mode, "rows": rows}

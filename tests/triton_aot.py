@@ -3,7 +3,7 @@
 The CPU tests run the kernels in Triton's interpreter, which checks their arithmetic but not that
 the GPU compiler takes them (types that differ between branches, unsupported ops). Here each
 wrapper (`fused_draw.draw`, `fused_layer.gemv`, `fused_layer.attend`, `fused_snake.snake_beta`,
-`fused_conv.conv`, `fused_conv.unit`, `decoder_window.attend`, `norm_gemm.norm_gemm`) is called on CPU tensors of
+`fused_conv.conv`, `fused_conv.unit`, `decoder_window.attend`) is called on CPU tensors of
 the engine's shapes with its kernel swapped for a recorder, and each recorded launch is compiled
 ahead of time to a cubin, with the argument types and constants the wrapper passed.
 
@@ -91,37 +91,8 @@ def launches() -> list[tuple]:
     """(kernel, args, kwargs) for the engine's kernels at 0.6B shapes in bfloat16 and tiny ones in
     float32, launched one after another, then with programmatic dependent launch (engine.pdl)."""
     return (
-        _launches(pdl=False)
-        + _launches(pdl=True)
-        + _snake_launches()
-        + _conv_launches()
-        + _window_launches()
-        + _norm_gemm_launches()
+        _launches(pdl=False) + _launches(pdl=True) + _snake_launches() + _conv_launches() + _window_launches()
     )
-
-
-def _norm_gemm_launches() -> list[tuple]:
-    """The normed projections at larger batches, without and with programmatic dependent launch:
-    a 192-row step's q/k/v (after a layer: with the residual sum) and gate/up, a 4,096-row
-    prefill's first q/k/v (no sum) in bfloat16, and a float32 gate/up of the tiny shapes."""
-    from voicewire.engine.kernels import norm_gemm
-
-    found = []
-    for pdl in (False, True):
-        for dtype, rows, hidden, widths in (
-            (torch.bfloat16, 192, 1024, (4096, 6144)),
-            (torch.bfloat16, 4096, 1024, (4096,)),
-            (torch.float32, 70, 64, (192,)),
-        ):
-            x, norm = torch.zeros(rows, hidden, dtype=dtype), torch.ones(hidden, dtype=dtype)
-            for width in widths:
-                gated = width == 6144 or dtype == torch.float32
-                delta = None if rows == 4096 else x
-                found += recorded(
-                    norm_gemm, "_norm_gemm_kernel", norm_gemm.norm_gemm,
-                    x, torch.zeros(width, hidden, dtype=dtype), norm, 1e-6, delta, gated, pdl=pdl,
-                )  # fmt: skip
-    return found
 
 
 def _snake_launches() -> list[tuple]:

@@ -50,9 +50,6 @@ class Kernels:
     # The decoder's narrowest residual units in one kernel each, where their convs run as
     # engine.fused_conv's kernel (engine.fused_conv.unit).
     fused_unit: bool = False
-    # A layer's residual sums, norms and SiLU * up inside its projections' Triton GEMMs, from 3 rows
-    # on (engine.norm_gemm).
-    norm_gemm: bool = False
     pdl: bool = False  # Triton kernels launch with programmatic dependent launch (engine.pdl)
 
     @classmethod
@@ -60,8 +57,7 @@ class Kernels:
         """The engine's kernels on `device`: on CUDA, `fuse_kernels` turns on the compiled pieces,
         the fused layer and the activation kernel, `fused_draw` the draw kernel, `fused_conv` the
         decoder's conv kernel, `fused_unit` with `fused_conv` its narrow residual units as one
-        kernel each, `fused_window` its attention kernel, `fused_norm_gemm` the layers'
-        normed projections as Triton GEMMs at larger batches, and programmatic dependent
+        kernel each, `fused_window` its attention kernel, and programmatic dependent
         launch is on for Hopper and later unless VOICEWIRE_PDL=0 or Triton runs interpreted
         (TRITON_INTERPRET). Elsewhere everything is off."""
         if device.type != "cuda":
@@ -74,7 +70,6 @@ class Kernels:
             fused_conv=config.fused_conv,
             fused_window=config.fused_window,
             fused_unit=config.fused_conv and config.fused_unit,
-            norm_gemm=config.fused_norm_gemm,
             fused_snake=fuse,
             pdl=_pdl_wanted() and pdl_supported(device),
         )

@@ -166,27 +166,14 @@ class Attention(nn.Module):
     ) -> Tensor:
         """x [B, T, H]; the new keys/values go to each row's positions [B, T] of the caches
         [B, kv, L, d], and attention reads their first `span` positions."""
-        return self.attend(self.qkv_proj(x), cos, sin, positions, bias, k_cache, v_cache, span)
-
-    def attend(
-        self,
-        qkv: Tensor,
-        cos: Tensor,
-        sin: Tensor,
-        positions: Tensor,
-        bias: Tensor,
-        k_cache: Tensor,
-        v_cache: Tensor,
-        span: int,
-    ) -> Tensor:
-        """`forward` from the stacked projection qkv [B, T, (heads + 2 kv) d] on."""
-        b, t, _ = qkv.shape
+        b, t, _ = x.shape
         d = self.cfg.head_dim
+        qkv = self.qkv_proj(x)
         kernels = self.kernels
         if kernels.fused_layer:
             from voicewire.engine.kernels import fused_layer  # Triton, which CUDA builds of torch carry
 
-            if fused_layer.attends(qkv, self.cfg):
+            if fused_layer.attends(x, self.cfg):
                 out = fused_layer.layer_attention(self, qkv, cos, sin, positions, k_cache, v_cache, span)
                 return self.o_proj(out)
         q, k, v = self.qkv_proj.split(qkv)
@@ -312,10 +299,6 @@ class DecoderLayer(nn.Module):
         """The residual stream x [B, T, H] and the previous layer's output `delta` still to be
         added (None before the first layer) -> (x, this layer's output still to be added): each
         residual sum runs in the kernel of the norm after it."""
-        if self.kernels.norm_gemm:
-            from voicewire.engine.kernels import norm_gemm  # Triton, which CUDA builds of torch carry
-
-            return norm_gemm.layer_forward(self, x, delta, cos, sin, positions, bias, k_cache, v_cache, span)
         add_rms_norm = self.kernels.fuse(pointwise.add_rms_norm)
         norm = self.input_layernorm
         if delta is None:

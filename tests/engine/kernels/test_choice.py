@@ -74,13 +74,6 @@ def test_each_setting_turns_its_kernels_off(capability) -> None:
     assert eager_window == dataclasses.replace(ALL_ON, fused_window=False)
 
 
-def test_the_normed_projections_are_off_until_asked_for(capability) -> None:
-    assert not Kernels.resolve(EngineConfig(), CUDA).norm_gemm  # not yet timed against cuBLAS
-    asked = Kernels.resolve(EngineConfig(fused_norm_gemm=True), CUDA)
-    assert asked == dataclasses.replace(ALL_ON, norm_gemm=True)
-    assert Kernels.resolve(EngineConfig(fused_norm_gemm=True), torch.device("cpu")) == Kernels()
-
-
 def test_the_unit_kernel_needs_the_conv_kernel_and_cuda(capability) -> None:
     assert not Kernels.resolve(EngineConfig(fused_unit=True, fused_conv=False), CUDA).fused_unit
     assert Kernels.resolve(EngineConfig(fused_unit=True), torch.device("cpu")) == Kernels()
