@@ -39,6 +39,7 @@ RATES = {
     "alaw": (8000,),
 }
 OPUS_PACKET_MS = 20
+ENGINE_PACKET = ENGINE_RATE * OPUS_PACKET_MS // 1000  # an Opus packet in the encoder's (24 kHz) samples
 # What an MP3 decoder outputs before the first real sample: LAME's encoder delay (576) plus the
 # decoder's own synthesis delay (529). No LAME/Xing tag is written (lameenc leaves it off, so packets
 # concatenate into a plain stream), so no decoder knows to drop them; 1105 measured with libsndfile's
@@ -156,6 +157,14 @@ class AudioEncoder:
         return self._pts
 
     @property
+    def packet_samples_in(self) -> int:
+        """Engine samples that complete the next Opus packet; 0 for the other formats, whose
+        packets follow the chunks they are given."""
+        if self._opus is None:
+            return 0
+        return ENGINE_PACKET - self._pending.shape[0]
+
+    @property
     def codec_delay(self) -> int:
         """Samples a decoder outputs before the first real sample: Opus's pre-skip, MP3_DELAY for
         MP3, 0 for the others."""
@@ -192,7 +201,7 @@ class AudioEncoder:
 
     def _packets(self, pcm: np.ndarray, final: bool) -> list[Packet]:
         assert self._opus is not None
-        size = ENGINE_RATE * OPUS_PACKET_MS // 1000  # in the encoder's samples
+        size = ENGINE_PACKET
         lookahead = int(self._opus.lookahead)
         samples = np.concatenate((self._pending, pcm))
         valid = samples.shape[0]

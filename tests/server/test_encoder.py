@@ -58,6 +58,22 @@ def test_opus_packets_are_20_ms_with_true_counts_and_a_flagged_last(rate: int) -
     assert np.corrcoef(decoded[:total], reference)[0, 1] < 0.5  # the pre-skip is what aligns them
 
 
+def test_opus_split_at_its_first_packet_makes_the_same_packets() -> None:
+    """What `packet_samples_in` says completes the next packet, encoded apart, then the rest: the
+    packets of the whole chunk encoded at once (the session sends a context's first one ahead)."""
+    chunk = _chirp(0.08)  # an engine chunk of one frame: four packets
+    whole = AudioEncoder(OutputFormat("opus", 48000))
+    split = AudioEncoder(OutputFormat("opus", 48000))
+    assert split.packet_samples_in == 480
+    first = split.encode(chunk[:480])
+    assert len(first) == 1 and (first[0].pts, first[0].samples) == (0, 960)
+    assert split.packet_samples_in == 480
+    assert first + split.encode(chunk[480:]) == whole.encode(chunk)
+    split.encode(chunk[:100])  # held: short of a packet
+    assert split.packet_samples_in == 380
+    assert AudioEncoder(OutputFormat("pcm_s16le", 24000)).packet_samples_in == 0
+
+
 def test_opus_at_48k_is_the_24k_stream_decoded_at_48k() -> None:
     """48 kHz Opus is encoded from the engine's 24 kHz samples, not from a resample: the same
     packets as 24 kHz Opus, with its counts, pts and pre-skip in 48 kHz samples."""

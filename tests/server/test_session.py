@@ -2,6 +2,7 @@
 the listener's clock at the socket, and what a client that stopped reading gets."""
 
 import asyncio
+import threading
 from collections.abc import Iterator
 
 import msgpack
@@ -129,6 +130,48 @@ def test_the_listener_at_the_socket_hears_the_gap_the_send_loop_made(
     assert socket.sends == (2 if frames else 15)
     count, total = _histogram(metrics, "voicewire_socket_player_gap_seconds")
     assert count == 1 and 0.3 < total < 1.5
+
+
+def test_a_context_s_first_packet_goes_out_before_the_codec_threads_encode_the_rest(
+    tiny_models, codec_pool: CodecPool
+) -> None:
+    """With the codec thread busy, a context's first Opus packet still reaches the socket: it is
+    encoded on the session's loop. The rest of its first chunk follows once the thread is free,
+    and the packets run on in seq and pts as if the chunk had been encoded at once."""
+
+    async def run() -> list[dict]:
+        with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
+            socket = _Socket()
+            session = Session(socket, engine, Codec(MSGPACK), ServerConfig(), codec_pool, Metrics())  # type: ignore[arg-type]
+            busy = threading.Event()
+            codec_pool.submit(busy.wait, 60)
+            await session._handle(
+                p.Start(type="start", voice={"speaker": "vivian"}, max_frames=4, suppress_eos=True)
+            )
+            sender = asyncio.create_task(session._send_loop())
+            await session._handle(p.Text(type="text", context_id="c", text="Hello there, "))
+            await session._handle(p.End(type="end", context_id="c"))
+
+            def audio() -> list[dict]:
+                messages = [msgpack.unpackb(m) for m in socket.sent]
+                return [m for m in messages if m["type"] == "audio"]
+
+            for _ in range(600):
+                if audio():
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)  # time for more, were any to come
+            early = audio()
+            busy.set()
+            await session.contexts["c"].pump
+            session._outbox.put_nowait(None)
+            await sender
+            assert [(m["seq"], m["pts"], m["samples"]) for m in early] == [(0, 0, 960)]
+            return audio()
+
+    packets = asyncio.run(run())
+    assert [m["seq"] for m in packets] == list(range(len(packets))) and len(packets) > 4
+    assert [m["pts"] for m in packets] == [960 * i for i in range(len(packets))]
 
 
 class _StuckSocket:
