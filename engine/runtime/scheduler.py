@@ -6,7 +6,9 @@ every stream whose text track can feed it, and hands the previous step's frames 
 decoder stage). Steps are pipelined: step k+1 is queued on the GPU before the host reads step k, so
 the GPU does not wait for the host's bookkeeping. A stream that ends its sequence with EOS at step k
 is already in step k+1: that frame is taken back (its text returns to the segment, its noise round
-to the slot) and dropped.
+to the slot) and dropped. With `first_chunk_alone`, at light load a step that completes a new
+stream's first chunk is read before the next is launched, and the next waits on the GPU for that
+chunk's decoder pass (a `PassFence`), so the pass does not share the GPU with a step.
 A stream that has run out of text before a flush or the end is simply left out of the batch: it
 waits, keeping its slot and KV, and no tts_pad is fed. Streams that finish, fail or are cancelled
 free their slot in the same step.
