@@ -441,8 +441,8 @@ def test_a_stored_voice_speaks_the_codes_of_voicewire_synth_and_of_qwen_tts(
     on the socket and over HTTP, is the audio of the codes that `voicewire synth --ref-audio REF.wav
     [--ref-text TEXT] --greedy` and the official qwen-tts greedy generate_voice_clone give for that
     reference. Neither server path carries codes, so the chain is: socket PCM == HTTP PCM == the
-    server's engine speaking the stored voice (its PCM, bit for bit), whose codes == synth's ==
-    qwen-tts's. Greedy speech of the random tiny model runs to the engine's KV bound (EOS does not
+    server's engine speaking the stored voice (its PCM, within float32 chunking noise), whose
+    codes == synth's == qwen-tts's. Greedy speech of the random tiny model runs to the engine's KV bound (EOS does not
     come), so synth and qwen-tts are given as many frames as the server spoke, EOS left on."""
     from voicewire.server.cli import main
 
@@ -459,15 +459,22 @@ def test_a_stored_voice_speaks_the_codes_of_voicewire_synth_and_of_qwen_tts(
         assert 8 <= frames < base_engine.config.kv_length, frames  # the prompt fits, and speech follows
 
         heard = _speak_on_socket(open_server, {"id": voice_id}, max_frames=None)
-        assert isinstance(heard, np.ndarray) and np.array_equal(heard, pcm), name
+        # The same codes, decoded in chunks that may differ with timing: a decoder that fell behind
+        # takes several chunks' frames at once, and a talker that ran out of text before the
+        # socket's `end` (a message after its text) drains a shorter chunk. The decoder's float32
+        # sums then differ in the last bits (its chunks equal one decode within 1e-5:
+        # tests/engine/runtime/test_engine.py); other codes would differ by tenths.
+        assert isinstance(heard, np.ndarray) and heard.shape == pcm.shape, name
+        assert np.abs(heard - pcm).max() < 1e-5, name
         speech = httpx.post(
             f"{open_server.http}/v1/audio/speech",
             json={"input": TEXT, "voice": voice_id, "response_format": "pcm", "greedy": True},
             timeout=120,
         )
         assert speech.status_code == 200, speech.text
-        pcm16 = (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2")
-        assert np.array_equal(np.frombuffer(speech.content, "<i2"), pcm16), name
+        pcm16 = (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype(np.int32)
+        got16 = np.frombuffer(speech.content, "<i2").astype(np.int32)
+        assert got16.shape == pcm16.shape and np.abs(got16 - pcm16).max() <= 1, name  # as above, rounded
 
         argv = ["synth", "--model", str(tiny_checkpoints["base"]), "--text", TEXT]
         argv += ["--ref-audio", str(reference), *(["--ref-text", ref_text] if ref_text else [])]
