@@ -331,11 +331,7 @@ class DecoderStage:
             size = min(chunk.pieces[0] for chunk in due)
             riders = [chunk for chunk in due if chunk.pieces[0] == size]
             codes = np.array([[f.codes for f in chunk.next_frames(size)] for chunk in riders], dtype=np.int64)
-            # The fences of streams whose first chunk this pass completes open once it is queued.
-            firsts = {
-                c.decoding.stream.id for c in riders if c.decoding.chunk_index == 0 and len(c.pieces) == 1
-            }
-            fences = [fence for fence in self._fences if fence.streams & firsts]
+            fences = self._fences_opened_by(riders) if self._fences else []
             started = time.monotonic()
             try:
                 pcm = self.batch.decode(
@@ -356,6 +352,12 @@ class DecoderStage:
                 if not chunk.pieces:
                     self._deliver(chunk)
             due = [chunk for chunk in due if chunk.pieces]
+
+    def _fences_opened_by(self, riders: list[_Chunk]) -> list[PassFence]:
+        """The fences of the streams whose first chunk a pass of `riders` completes: they open once
+        that pass is queued."""
+        firsts = {c.decoding.stream.id for c in riders if c.decoding.chunk_index == 0 and len(c.pieces) == 1}
+        return [fence for fence in self._fences if fence.streams & firsts]
 
     def _open_fences(self, fences: list[PassFence], queued: bool = False) -> None:
         """Open `fences`, with an event after the work queued so far on this thread's CUDA stream
