@@ -31,24 +31,33 @@ def test_sigkill_during_uploads_leaves_a_consistent_library(tiny_checkpoints, tm
         results: list[object] = []
 
         def upload(i: int) -> None:
-            body = {
-                "name": f"u{i}",
-                "audio": base64.b64encode(_reference(1.0 + i / 5)).decode(),
-                "ref_text": "Hi.",
-            }
-            try:
-                results.append(httpx.post(f"{http}/v1/voices", json=body, timeout=60).status_code)
-            except httpx.HTTPError as exc:
-                results.append(type(exc).__name__)
+            # Upload after upload until the kill ends one: at the kill, each thread is mid-request
+            # or about to send one (a fixed number of uploads could all finish before it, as on a
+            # quick machine they did).
+            for n in range(1000):
+                body = {
+                    "name": f"u{i}-{n}",
+                    "audio": base64.b64encode(_reference(1.0 + i / 5)).decode(),
+                    "ref_text": "Hi.",
+                }
+                try:
+                    results.append(httpx.post(f"{http}/v1/voices", json=body, timeout=60).status_code)
+                except httpx.HTTPError as exc:
+                    results.append(type(exc).__name__)
+                    return
 
         threads = [threading.Thread(target=upload, args=(i,)) for i in range(8)]
         for thread in threads:
             thread.start()
             time.sleep(0.05)
+        deadline = time.monotonic() + 60
+        while sum(r == 201 for r in results) < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.killpg(process.pid, signal.SIGKILL)  # the server and its engine process, mid-upload
         process.wait()
         for thread in threads:
             thread.join()
+    assert sum(r == 201 for r in results) >= 8, results
     assert any(r != 201 for r in results), results  # the kill cut uploads off
     db = sqlite3.connect(data / "voices.sqlite3")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
