@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from voicewire.server.protocol import BufferingSpec
+from voicewire.server.protocol import BufferingSpec, FormatSpec
 
 TEXT = (
     "Thanks for calling. I found your order, and it shipped this morning. It should arrive on "
@@ -46,7 +46,9 @@ class Load:
     `cancel_every`-th, counting stream by stream (0: none); the text lookahead it asks for; and
     how far apart each stream starts its sessions, `session_interval_s` (0: back to back, each
     on the previous one's `done`, a closed loop; above 0, on a schedule, as callers arrive
-    whatever the server's pace: an open loop while every session ends within it)."""
+    whatever the server's pace: an open loop while every session ends within it); and the Opus
+    encoder complexity it asks for (the protocol's default, 5, unless set: the servers' codec
+    threads' CPU per packet follows it, scripts/opus_cost.py)."""
 
     url: str
     frames: int
@@ -57,6 +59,7 @@ class Load:
     cancel_every: int = 4
     lookahead_tokens: int = LOOKAHEAD_TOKENS
     session_interval_s: float = 0.0
+    opus_complexity: int = FormatSpec().complexity
 
     def __post_init__(self) -> None:
         if not self.session_interval_s >= 0:  # NaN too
@@ -70,18 +73,20 @@ class Load:
         check_cancel_every(self.cancel_every)
         if self.chunks is not None:
             check_chunks(self.chunks)
+        if not 0 <= self.opus_complexity <= 10:
+            raise ValueError(f"opus_complexity must be 0-10, not {self.opus_complexity}")
 
 
 def start_message(load: Load, seed: int) -> dict:
-    """A session's `start`: Opus at 48 kHz, the forced frame count, the text lookahead, and the
-    chunk schedule if set."""
+    """A session's `start`: Opus at 48 kHz and the load's complexity, the forced frame count, the
+    text lookahead, and the chunk schedule if set."""
     buffering: dict[str, object] = {"lookahead_tokens": load.lookahead_tokens}
     if load.chunks is not None:
         buffering |= {"first_chunk_frames": load.chunks[0], "chunk_frames": list(load.chunks[1:])}
     return {
         "type": "start",
         "voice": {"speaker": load.speaker} if load.speaker else {},
-        "format": {"encoding": "opus", "sample_rate": 48000},
+        "format": {"encoding": "opus", "sample_rate": 48000, "complexity": load.opus_complexity},
         "sampling": {"seed": seed},
         "max_frames": load.frames,
         "suppress_eos": True,

@@ -119,7 +119,7 @@ def markdown(report: dict) -> str:
         f"{report['frames_per_stream']} frames per session, {report.get('sessions_per_stream', 1)} session(s) "
         f"per stream, {_pacing(report.get('session_interval_s', 0.0))}; chunks (frames): "
         + (",".join(map(str, report["chunks"])) if report.get("chunks") else "the server's")
-        + ".",
+        + f"; Opus complexity {report.get('opus_complexity', 5)}.",
         "",
         "First audio is timed from the first text sent, and from the send that completed the engine's "
         "text lookahead (its first tokens, as the checkpoint's tokenizer cuts the text).",

@@ -55,6 +55,7 @@ from voicewire.engine.runtime.metrics import (
     thread_cores_used,
 )
 from voicewire.server.metrics import SERVER_HISTOGRAMS
+from voicewire.server.protocol import FormatSpec
 
 
 async def bench_level(load: Load, streams: int, processes: int = 1) -> dict:
@@ -97,6 +98,7 @@ def bench_service(
     cancel_every: int = 4,
     client_processes: int | None = None,
     session_interval_s: float = 0.0,
+    opus_complexity: int = FormatSpec().complexity,
 ) -> dict:
     """`voicewire bench`: each level in turn against the server at `url`, or (None) one served in
     this process on loopback, with `model`; returns the report. `client_processes` per level
@@ -125,6 +127,7 @@ def bench_service(
             chunks,
             cancel_every,
             session_interval_s=session_interval_s,
+            opus_complexity=opus_complexity,
         )
         results = []
         for n in levels:
@@ -144,6 +147,7 @@ def bench_service(
             "sessions_per_stream": sessions_per_stream,
             "session_interval_s": session_interval_s,
             "chunks": list(chunks) if chunks else None,
+            "opus_complexity": opus_complexity,
             "cancel_every": cancel_every,
             "levels": results,
         }

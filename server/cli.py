@@ -109,6 +109,7 @@ def _bench(args: argparse.Namespace) -> int:
         cancel_every=args.cancel_every,
         client_processes=args.client_processes,
         session_interval_s=args.session_interval,
+        opus_complexity=args.opus_complexity,
     )
     _print_report(report, args.out)
     if args.markdown:
@@ -346,6 +347,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N,N,...",
         help="the chunk schedule every session asks for, in frames: the first chunk, then the next ones "
         "(the last repeats), e.g. 1,2,2,4,8 (default: the server's)",
+    )
+    service.add_argument(
+        "--opus-complexity",
+        type=int,
+        default=5,
+        choices=range(11),
+        metavar="0-10",
+        help="the Opus encoder complexity every session asks for (default 5, the protocol's): a server's "
+        "codec CPU per packet follows it (scripts/opus_cost.py)",
     )
     service.add_argument("--markdown", type=Path, help="write the Markdown table here")
     service.add_argument("--plot", type=Path, help="write a PNG of latency and throughput (needs matplotlib)")

@@ -12,20 +12,25 @@ def test_the_start_message_asks_for_the_chunk_schedule() -> None:
     assert plain == {
         "type": "start",
         "voice": {"speaker": "aiden"},
-        "format": {"encoding": "opus", "sample_rate": 48000},
+        "format": {"encoding": "opus", "sample_rate": 48000, "complexity": 5},
         "sampling": {"seed": 3},
         "max_frames": 20,
         "suppress_eos": True,
         # Always stated: the bench times first audio from the text that fills this lookahead.
         "buffering": {"lookahead_tokens": 3},
     }
-    scheduled = start_message(Load("ws://x", 20, 0.0, None, chunks=(1, 2, 2, 4), lookahead_tokens=5), seed=3)
+    scheduled = start_message(
+        Load("ws://x", 20, 0.0, None, chunks=(1, 2, 2, 4), lookahead_tokens=5, opus_complexity=0), seed=3
+    )
     assert scheduled["voice"] == {}
+    assert scheduled["format"] == {"encoding": "opus", "sample_rate": 48000, "complexity": 0}
     assert scheduled["buffering"] == {
         "lookahead_tokens": 5,
         "first_chunk_frames": 1,
         "chunk_frames": [2, 2, 4],
     }
+    with pytest.raises(ValueError, match="opus_complexity"):
+        Load("ws://x", 20, 0.0, None, opus_complexity=11)
     with pytest.raises(ValueError, match="lookahead_tokens"):
         Load("ws://x", 20, 0.0, None, lookahead_tokens=0)
     for bad in ((4,), (1, 0), (1, 33), (1, *[2] * 9)):
@@ -61,3 +66,9 @@ def test_bench_refuses_a_session_interval_below_zero(
     args = ["bench", "--url", "ws://127.0.0.1:1", "--streams", "1", "--session-interval", str(interval)]
     assert main(args) == 2
     assert "--session-interval must be 0 (back to back) or more" in caplog.text
+
+
+def test_bench_refuses_an_opus_complexity_outside_0_to_10(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):  # argparse, before any server or engine starts
+        main(["bench", "--opus-complexity", "11"])
+    assert "--opus-complexity: invalid choice: 11" in capsys.readouterr().err

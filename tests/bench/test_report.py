@@ -85,7 +85,7 @@ def test_a_level_report_and_its_markdown_row() -> None:
         "levels": [report],
     }
     table = markdown(sweep).splitlines()
-    assert table[0].endswith("chunks (frames): the server's.")
+    assert table[0].endswith("chunks (frames): the server's; Opus complexity 5.")
     assert table[-1] == (
         "| 2 | 150.0 / 195.0 / 199.0 | 50.0 / 50.0 / 50.0 | 0.78 / 0.78 | 1, 0.5 | 50.0 | 0.6 | 1.25 / 1.5 |"
     )

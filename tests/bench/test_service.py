@@ -97,4 +97,4 @@ def test_bench_reports_every_level(tmp_path: Path, capsys: pytest.CaptureFixture
         assert 0 < first["total"] <= delivery["total"]
     assert table.read_text().count("\n| ") == 3  # header + two levels
     assert "from lookahead p50 / p95 / p99 (ms)" in table.read_text()
-    assert "chunks (frames): 1,3." in table.read_text()
+    assert "chunks (frames): 1,3; Opus complexity 5." in table.read_text()
