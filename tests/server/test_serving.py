@@ -259,10 +259,13 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
         }
         for (role, pid), groups in by_process.items():
             assert sum(groups.values()) == pytest.approx(cpu[role, pid], abs=0.5), (role, groups, cpu)
+            # Each group's share, not a floor of seconds: 6 sessions of 6 tiny frames take the
+            # talker and the decoder tens of ms, and a worker's loop about 0.5 s, which floors of
+            # 0.1, 0.05 and 0.5 s missed on a quick machine.
             if role == "server":
-                assert groups["main"] > 0.5 and "engine-reader" in groups, groups
+                assert groups["main"] == max(groups.values()) > 0 and "engine-reader" in groups, groups
             else:
-                assert groups["talker"] > 0.1 and groups["decoder"] > 0.05, groups
+                assert groups["talker"] > 0 and groups["decoder"] > 0, groups
         # 6 sessions of 6 frames are little Opus, and a worker may have taken none: its threads are there.
         assert any("codec" in groups for (role, _), groups in by_process.items() if role == "server")
         # PyTorch is the engine process's alone: neither `serve`, which spawned it (and with one
