@@ -14,6 +14,9 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +24,7 @@ from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # A job queued: (deadline, sequence, its future, the work); sequence keeps equal deadlines in the
 # order they came and is never equal, so the heap never compares futures.
@@ -30,11 +34,15 @@ _Job = tuple[float, int, "Future[Any] | None", "Callable[[], Any] | None"]
 class CodecPool(Executor):
     """`threads` threads named `{name}_{i}` (metrics.thread_group counts their CPU under `name`'s
     group) that run the queued job with the earliest deadline (`time.monotonic()` seconds).
-    `submit`, as an `Executor` (and `loop.run_in_executor`), queues a job due now."""
+    `submit`, as an `Executor` (and `loop.run_in_executor`), queues a job due now. With `nice`
+    above 0 (Linux), the threads run that much nicer than the process (ServerConfig.codec_nice)."""
 
-    def __init__(self, threads: int, name: str = "voicewire-codec") -> None:
+    def __init__(self, threads: int, name: str = "voicewire-codec", nice: int = 0) -> None:
         if threads < 1:
             raise ValueError(f"a codec pool needs a thread; got {threads}")
+        if not 0 <= nice <= 19:
+            raise ValueError(f"a codec pool's nice is 0-19; got {nice}")
+        self._nice = nice
         self._queue: list[_Job] = []
         self._ready = threading.Condition()
         self._order = itertools.count()
@@ -78,6 +86,8 @@ class CodecPool(Executor):
                 thread.join()
 
     def _work(self) -> None:
+        if self._nice:
+            self._renice()
         while True:
             with self._ready:
                 while not self._queue:
@@ -93,3 +103,15 @@ class CodecPool(Executor):
                 future.set_exception(exc)
             else:
                 future.set_result(result)
+
+    def _renice(self) -> None:
+        """This thread `nice` steps below the process. Linux keeps a niceness per thread (its
+        native id); elsewhere PRIO_PROCESS would renice the whole process, so the threads stay."""
+        if not sys.platform.startswith("linux"):
+            log.warning("codec threads keep their priority: per-thread nice is Linux's")
+            return
+        tid = threading.get_native_id()
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + self._nice)
+        except OSError as exc:
+            log.warning("codec thread %s keeps its priority: %s", threading.current_thread().name, exc)

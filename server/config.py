@@ -13,7 +13,14 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every server p
 
 
 # 0: a dead engine process stops the server; no waiting for a stream slot (engine_full at once).
-ZERO_ALLOWED = {"engine_restarts", "slot_wait_s", "slot_queue", "word_lag_frames", "codec_horizon_s"}
+ZERO_ALLOWED = {
+    "engine_restarts",
+    "slot_wait_s",
+    "slot_queue",
+    "word_lag_frames",
+    "codec_horizon_s",
+    "codec_nice",
+}
 # Settings an environment variable overrides over the profile (a flag overrides both).
 ENV = {"data_dir": "VOICEWIRE_DATA_DIR"}
 
@@ -91,6 +98,14 @@ class ServerConfig:
     # streams, each starting its next session on `done`, made 830.7 audio-s/s against 1,123-1,157.
     # 0.1 s left 115 sessions gapped (docs/log/2026-11.md, session 54).
     codec_horizon_s: float = 1.0
+    # How much nicer (0-19, Linux) the codec threads run than the rest of their process, so that
+    # on a host whose CPUs are all busy the engine process's threads and the workers' event loops
+    # (first packets, text to the engine) go first. Not measured yet: on an H200's 16 CPUs eight
+    # workers took chunks to the sockets ten times sooner than five but the engine stepped half
+    # as often (docs/log/2026-11.md, session 61), and with five workers the engine's threads at
+    # nice -10 cost gaps (session 42): whether nicer codec threads let eight workers keep the
+    # engine's pace is the next GPU run's question.
+    codec_nice: int = 0
     # An engine process that dies is started again (its open contexts get stream_failed and
     # /ready answers 503 until the new one is warm), unless it died more than this many times
     # within engine_restart_window_s: then the server exits non-zero, for its supervisor.
@@ -133,6 +148,8 @@ class ServerConfig:
                 raise ValueError(f"server setting {f.name} must be >= 0, got {value}")
             if f.name not in ZERO_ALLOWED and value <= 0:
                 raise ValueError(f"server setting {f.name} must be > 0, got {value}")
+        if self.codec_nice > 19:
+            raise ValueError(f"server setting codec_nice must be 0-19, got {self.codec_nice}")
 
     @classmethod
     def from_yaml(cls, path: str | Path | None, **overrides: Any) -> ServerConfig:

@@ -1,14 +1,18 @@
-"""The codec threads take the job due first, whatever order the jobs came in."""
+"""The codec threads take the job due first, whatever order the jobs came in, and run as much
+nicer than their process as the profile says."""
 
 import asyncio
+import os
 import threading
 import time
 from concurrent.futures import CancelledError
 
 import pytest
 
+from tests.server.conftest import running_server
 from voicewire.engine.runtime.metrics import thread_group
 from voicewire.server.codec_pool import CodecPool
+from voicewire.server.config import ServerConfig
 
 
 def _blocked(pool: CodecPool) -> threading.Event:
@@ -119,3 +123,36 @@ def test_a_job_cancelled_while_queued_never_runs() -> None:
 def test_a_pool_needs_a_thread() -> None:
     with pytest.raises(ValueError, match="needs a thread"):
         CodecPool(0)
+
+
+def test_nice_threads_run_that_much_below_the_process() -> None:
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    if base > 14:
+        pytest.fail(f"this process already runs at nice {base}: no room for 5 more")
+    pool = CodecPool(2, nice=5)
+
+    def nice_of_this_thread() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    assert {pool.submit(nice_of_this_thread).result(5) for _ in range(8)} == {base + 5}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # the caller's stays
+    pool.shutdown()
+    plain = CodecPool(1)
+    assert plain.submit(nice_of_this_thread).result(5) == base
+    plain.shutdown()
+    for bad in (-1, 20):
+        with pytest.raises(ValueError, match="nice is 0-19"):
+            CodecPool(1, nice=bad)
+
+
+def test_a_server_s_codec_threads_take_the_profile_s_nice(tiny_models) -> None:
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    with running_server(tiny_models["custom_voice"], ServerConfig(codec_threads=2, codec_nice=3)):
+        deadline = time.monotonic() + 10
+        while True:  # each thread renices itself as it starts
+            codec = [t for t in threading.enumerate() if t.name.startswith("voicewire-codec_")]
+            nice = [os.getpriority(os.PRIO_PROCESS, t.native_id) for t in codec if t.native_id]
+            if nice == [base + 3] * 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+    assert nice == [base + 3] * 2

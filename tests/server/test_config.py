@@ -62,6 +62,14 @@ def test_the_codec_horizon_from_the_profile_zero_for_arrival_order(tmp_path: Pat
         ServerConfig.from_yaml(_profile(tmp_path, {"codec_horizon_s": -1}))
 
 
+def test_the_codec_threads_nice_from_the_profile_0_to_19(tmp_path: Path) -> None:
+    assert ServerConfig.from_yaml(None).codec_nice == 0
+    assert ServerConfig.from_yaml(_profile(tmp_path, {"codec_nice": 19})).codec_nice == 19
+    for bad, message in ((-1, "codec_nice must be >= 0, got -1"), (20, "codec_nice must be 0-19, got 20")):
+        with pytest.raises(ValueError, match=message):
+            ServerConfig.from_yaml(_profile(tmp_path, {"codec_nice": bad}))
+
+
 def test_the_settings_travel_to_workers_as_json(tmp_path: Path) -> None:
     """serving.py sends the settings as JSON and reads them back with from_yaml."""
     config = ServerConfig(data_dir=str(tmp_path), voices=VoiceLimits(max_seconds=9), api_keys=("k",))
