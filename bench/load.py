@@ -73,8 +73,10 @@ class Load:
         check_cancel_every(self.cancel_every)
         if self.chunks is not None:
             check_chunks(self.chunks)
-        if not 0 <= self.opus_complexity <= 10:
-            raise ValueError(f"opus_complexity must be 0-10, not {self.opus_complexity}")
+        try:
+            FormatSpec(complexity=self.opus_complexity)  # the protocol's bounds, 0-10
+        except ValueError:  # pydantic's ValidationError is one
+            raise ValueError(f"opus_complexity must be 0-10, not {self.opus_complexity}") from None
 
 
 def start_message(load: Load, seed: int) -> dict:
