@@ -27,7 +27,7 @@ import opuslib
 import soundfile
 import soxr
 
-from voicewire.server.encoder import ENGINE_PACKET, ENGINE_RATE, AudioEncoder, OutputFormat
+from voicewire.server.encoder import ENGINE_PACKET, ENGINE_RATE, AudioEncoder, OutputFormat, to_s16
 
 
 def _synthetic(seconds: float) -> np.ndarray:
@@ -81,7 +81,7 @@ def _encode(audio: np.ndarray, fmt: OutputFormat, application: int) -> tuple[lis
         opus = opuslib.Encoder(ENGINE_RATE, 1, application)
         opus.bitrate, opus.complexity = fmt.bitrate, fmt.complexity
         whole = audio.shape[0] // ENGINE_PACKET * ENGINE_PACKET
-        pcm16 = (np.clip(audio[:whole], -1, 1) * 32767).round().astype("<i2")
+        pcm16 = to_s16(audio[:whole])
         packets = [
             opus.encode(pcm16[start : start + ENGINE_PACKET].tobytes(), ENGINE_PACKET)
             for start in range(0, whole, ENGINE_PACKET)

@@ -117,7 +117,8 @@ def alaw_decode(data: bytes) -> np.ndarray:
     return pcm
 
 
-def _s16(pcm: np.ndarray) -> np.ndarray:
+def to_s16(pcm: np.ndarray) -> np.ndarray:
+    """Float samples in [-1, 1] as little-endian int16, clipped and rounded (PCM, Opus, MP3 in)."""
     return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2")
 
 
@@ -190,7 +191,7 @@ class AudioEncoder:
         if encoding == "pcm_f32le":
             data = pcm.astype("<f4").tobytes()
         elif encoding == "pcm_s16le":
-            data = _s16(pcm).tobytes()
+            data = to_s16(pcm).tobytes()
         elif encoding == "alaw":
             data = alaw_encode(pcm)
         else:
@@ -211,7 +212,7 @@ class AudioEncoder:
             samples = np.concatenate((samples, np.zeros(tail, np.float32)))
         whole = samples.shape[0] // size * size
         self._pending = samples[whole:]
-        pcm16 = _s16(samples[:whole])
+        pcm16 = to_s16(samples[:whole])
         packets = []
         for start in range(0, whole, size):
             # The last packets of a context may hold only padding and the lookahead flush.
@@ -225,7 +226,7 @@ class AudioEncoder:
         # LAME holds back over a frame's samples before its first output, and its bytes need not
         # end on a frame, so a chunk may bring none: its samples then go with the next packet.
         assert self._lame is not None
-        data = bytes(self._lame.encode(_s16(pcm).tobytes())) if pcm.shape[0] else b""
+        data = bytes(self._lame.encode(to_s16(pcm).tobytes())) if pcm.shape[0] else b""
         self._held += pcm.shape[0]
         if final and (self._held or self._pts):  # flush even when the last chunk is empty
             data += bytes(self._lame.flush())  # the rest, and padding to a whole frame
