@@ -20,6 +20,7 @@ import torch
 
 from voicewire.bench.model import BenchModel
 from voicewire.bench.report import percentiles
+from voicewire.bench.trace import summarize_file
 from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.errors import StreamClosed
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
@@ -252,7 +253,8 @@ def bench_engine(
 ) -> dict:
     """`voicewire bench-engine`: `model` loaded once, a warm-up stream of `warmup` frames (0: none),
     then the run (`run_bench`), or with `arms` the A/B (`run_arms`, `rounds` times), or the run
-    traced into `trace` (`torch_trace`); returns the report. Bad arms are refused before loading."""
+    traced into `trace` (`torch_trace`) and summarized in the report (`trace.summarize`); returns the
+    report. Bad arms are refused before loading."""
     config = model.engine_config(settings.streams, variant)
     if arms:
         parse_arms(arms, rounds, config)
@@ -268,6 +270,7 @@ def bench_engine(
             if trace is None:
                 return await run_bench(engine, settings)
             with torch_trace(trace):
-                return await run_bench(engine, settings)
+                report = await run_bench(engine, settings)
+            return report | {"trace": summarize_file(trace)}
 
     return asyncio.run(bench())

@@ -400,7 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--trace",
         type=Path,
         help="write a torch.profiler Chrome trace of the measured run here (every thread's ops, and the "
-        "GPU's kernels on CUDA); open it in Perfetto",
+        "GPU's kernels on CUDA), and add its summary to the report: each thread's and GPU stream's busy "
+        "time, top ops and kernels, and the streams' idle gaps (bench/trace.py)",
     )
     bench.set_defaults(func=_bench_engine)
 

@@ -103,11 +103,16 @@ def test_bench_engine_prints_its_json_report(
     assert report["aggregate_audio_s_per_s"] > 0 and report["wall_s"] > 0 and report["peak_memory_mb"] > 0
     trace = tmp_path / "trace.json"
     assert main([*args, "--text-rate", "0", "--warmup", "0", "--trace", str(trace)]) == 0  # all text at once
-    assert json.loads(capsys.readouterr().out)["text_rate_tokens_per_s"] == 0
+    traced = json.loads(capsys.readouterr().out)
+    assert traced["text_rate_tokens_per_s"] == 0
     ops = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("name", "").startswith("aten::")]
     # The scheduler's thread (talker) and the decoder stage's both ran torch ops inside the trace.
     assert {"aten::embedding", "aten::conv1d"} <= {e["name"] for e in ops}
     assert len({e["tid"] for e in ops}) >= 2
+    # The report's summary of the trace: both threads busy, a CPU run's trace has no GPU streams.
+    threads = traced["trace"]["threads"]
+    assert len(threads) >= 2 and all(t["busy_ms"] > 0 and t["top"] for t in threads[:2])
+    assert 0 < threads[0]["busy_share"] <= 1 and "gpu" not in traced["trace"]
     assert report["engine"]["step_ms"]["count"] >= 12 and report["engine"]["decode_ms"]["count"] >= 3
     # A/B arms: the configured run and each arm's, a report per round, each arm's median.
     arm = "urgent_chunks.in_hand_s=0.5"
