@@ -117,12 +117,7 @@ class UrgentChunks:
     instead of the urgent ones' passes first and then the others': a round of both then costs one
     pass per frame count, not up to two (at 256 busy streams a pass held 22.5 rows p50, and the
     decoder took 38.5 us a frame against 16.3 in a 256 x 8 pass; session 59). Urgent chunks of
-    one frame still come out in the first pass; those of 8 wait for the others' rows in theirs.
-    With `bulk_min_rows`, a round takes the others only once at least that many are due, so their
-    passes are full ones (a pass of a few rows costs several times more GPU time a frame than one
-    of hundreds, and that time is the talker's); until then they wait, and each listener's chunks
-    grow, while it has `in_hand_s` in hand. The chunks of streams whose talker has ended, or that
-    end a segment, do not wait."""
+    one frame still come out in the first pass; those of 8 wait for the others' rows in theirs."""
 
     in_hand_s: float = 0.0
     bulk_rows: int = 0  # 0: a round takes every due chunk
@@ -130,14 +125,11 @@ class UrgentChunks:
     join_waiting: bool = False
     join_for_s: float = 0.1  # with join_waiting: how long into a round its passes take joiners
     shared_passes: bool = False  # on trial: urgent and other chunks in one round's same passes
-    bulk_min_rows: int = 0  # on trial; 0: a round takes the others however few are due
 
     def __post_init__(self) -> None:
-        counts = (self.in_hand_s, self.bulk_rows, self.urgent_rows, self.join_for_s, self.bulk_min_rows)
-        if min(counts) < 0:
+        if self.in_hand_s < 0 or self.bulk_rows < 0 or self.urgent_rows < 0 or self.join_for_s < 0:
             raise InvalidOptions(
-                "urgent_chunks needs in_hand_s, bulk_rows, urgent_rows, join_for_s and bulk_min_rows "
-                f">= 0, got {self}"
+                f"urgent_chunks needs in_hand_s, bulk_rows, urgent_rows and join_for_s >= 0, got {self}"
             )
         for name in ("join_waiting", "shared_passes"):
             if not isinstance(getattr(self, name), bool):

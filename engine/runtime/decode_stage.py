@@ -8,8 +8,8 @@ them. A round decodes every due chunk in shared passes, one per graphed frame co
 With `UrgentChunks`, a round decodes the chunks of listeners short of audio first, and at most so
 many of the others; with `join_waiting`, the chunks of listeners waiting now (a new stream's
 first, or one run dry) that come due early in it join its next pass; with `shared_passes`, the
-urgent chunks and the others share the round's passes; with `bulk_min_rows`, the others wait until
-enough are due to fill a pass. On CUDA the decoder runs above the talker's stream priority.
+urgent chunks and the others share the round's passes. On CUDA the decoder runs above the
+talker's stream priority.
 """
 
 from __future__ import annotations
@@ -85,11 +85,6 @@ class _Decoding:
     # it would hear (the player_gap metric).
     player: SimulatedPlayer = field(default_factory=SimulatedPlayer)
 
-    def can_wait(self) -> bool:
-        """Whether its due chunk may wait for company (`UrgentChunks.bulk_min_rows`): not when its
-        talker has ended or a mark (a segment's end, a flush) follows, as someone waits for those."""
-        return self.closed_at is None and not any(isinstance(item, _Mark) for item in self.queue)
-
     def due(self) -> int:
         """Frames to decode now (0: none yet)."""
         frames = 0
@@ -153,7 +148,6 @@ class DecoderStage:
         self._joined = 0  # chunks that joined it
         self._round_started = 0.0  # time.monotonic() as it began
         self._fences: list[PassFence] = []  # from the talker: open each once its first chunks are queued
-        self._waiting = False  # chunks due wait for company (bulk_min_rows): look again without news
 
     @property
     def open_streams(self) -> int:
@@ -198,9 +192,6 @@ class DecoderStage:
                     try:
                         message = self._inbox.get(timeout=0.05)
                     except queue.Empty:
-                        if self._waiting:  # their listeners' audio runs down with no message
-                            with torch.inference_mode():
-                                self.process()
                         continue
                     with torch.inference_mode():
                         self._apply(message)
@@ -301,9 +292,6 @@ class DecoderStage:
         if 0 < self.urgent.urgent_rows < len(urgent):  # the rest stay due, for the rounds after
             urgent = sorted(urgent, key=lambda item: item[0])[: self.urgent.urgent_rows]
             bulk = []
-        self._waiting = 0 < len(bulk) < self.urgent.bulk_min_rows
-        if self._waiting:  # too few to fill a pass: only those that cannot wait go now
-            bulk = [item for item in bulk if not item[2].can_wait()]
         if 0 < self.urgent.bulk_rows < len(bulk):
             bulk = sorted(bulk, key=lambda item: item[:2])[: self.urgent.bulk_rows]
         # A marked stream too: its mark is delivered after the round, so its drop waits for that.

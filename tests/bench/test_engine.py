@@ -124,7 +124,6 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
         "join_waiting": False,
         "join_for_s": 0.1,
         "shared_passes": False,
-        "bulk_min_rows": 0,
     }
     assert report["arms"][2]["settings"]["prefill_wait"] == {"max_s": 0.01, "prompts": 2}
     for arm in report["arms"]:
@@ -140,10 +139,7 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
         ("max_streams=8", "SECTION.FIELD=VALUE"),
         ("urgent_chunks.in_hand=1", "has no field 'in_hand'"),
         ("urgent_chunks.in_hand_s=soon", "takes a number"),
-        (
-            "urgent_chunks.in_hand_s=-1",
-            "in_hand_s, bulk_rows, urgent_rows, join_for_s and bulk_min_rows >= 0",
-        ),
+        ("urgent_chunks.in_hand_s=-1", "in_hand_s, bulk_rows, urgent_rows and join_for_s >= 0"),
         ("prefill_wait.prompts=0", "prompts >= 1"),
         ("chunks.frames=3/two", "takes a number"),
         ("urgent_chunks.bulk_rows=1.5", "takes a number"),

@@ -81,15 +81,14 @@ def test_bad_settings_are_named(tmp_path: Path) -> None:
 def test_urgent_chunks_are_off_unless_set() -> None:
     assert EngineConfig().urgent_chunks == UrgentChunks(in_hand_s=0.0)
     assert EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 0.5}}).urgent_chunks == UrgentChunks(0.5)
-    for setting in ("in_hand_s", "bulk_rows", "urgent_rows", "join_for_s", "bulk_min_rows"):
+    for setting in ("in_hand_s", "bulk_rows", "urgent_rows", "join_for_s"):
         with pytest.raises(
-            InvalidOptions,
-            match="urgent_chunks needs in_hand_s, bulk_rows, urgent_rows, join_for_s and bulk_min_rows >= 0",
+            InvalidOptions, match="urgent_chunks needs in_hand_s, bulk_rows, urgent_rows and join_for_s >= 0"
         ):
             EngineConfig.from_dict({"urgent_chunks": {setting: -1}})
     with pytest.raises(
         InvalidOptions,
-        match="unknown urgent_chunks settings: in_hand; allowed: bulk_min_rows, bulk_rows, in_hand_s, join_for_s, join_waiting, shared_passes, urgent_rows",
+        match="unknown urgent_chunks settings: in_hand; allowed: bulk_rows, in_hand_s, join_for_s, join_waiting, shared_passes, urgent_rows",
     ):
         EngineConfig.from_dict({"urgent_chunks": {"in_hand": 0.5}})
     joining = EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 1.0, "join_waiting": True}})

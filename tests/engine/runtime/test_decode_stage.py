@@ -1,7 +1,6 @@
 """The decoder stage's scheduling of decode calls (the decoding itself is in test_decoder_batch)."""
 
 import threading
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -274,48 +273,6 @@ def test_among_listeners_with_audio_in_hand_an_ended_stream_goes_first(
     assert calls == ([["a"], ["b"]] if ended else [["b"], ["a"]])
     final = stage.metrics.registry.get_sample_value("voicewire_engine_final_chunk_seconds_count")
     assert final == ended and (a.result is not None) == ended
-
-
-def test_with_bulk_min_rows_the_others_wait_for_company(tiny_models, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With two rows at least: a's chunk (a has 0.32 s in hand) waits alone, and goes with b's in one
-    pass. b's last chunk, its talker ended, goes alone. a's next chunk waits until a is short of
-    audio, and then the decoder's thread takes it with no message to wake it."""
-    stage, a, b, _, feed = _listeners_in_hand(tiny_models["custom_voice"], monkeypatch)
-    stage.urgent = UrgentChunks(0.2, bulk_min_rows=2)
-    names = {stage._streams[s.id].row: name for name, s in zip("ab", (a, b), strict=True)}
-    calls: list[list[str]] = []
-    decode = stage.batch.decode
-    stage.batch.decode = lambda rows, frames, launched=None: (
-        calls.append([names[r] for r in rows]) or decode(rows, frames, launched)
-    )
-    feed([a])
-    stage.process()
-    assert calls == [] and a.delivered_samples == 4 * SAMPLES_PER_FRAME
-    feed([b])
-    stage.process()
-    assert calls == [["a", "b"]]
-    feed([b])
-    stage.close(b, "end", 5, 5)
-    stage.process()
-    assert calls == [["a", "b"], ["b"]] and b.result is not None and b.result.reason == "end"
-    # a has 0.40 s in hand at 100.0, so from 100.2 less than 0.2: short, its chunk no longer waits.
-    clock = [100.0]
-    monkeypatch.setattr(decode_stage_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
-    feed([a])
-    stop = threading.Event()
-    thread = threading.Thread(target=stage.run, args=(stop,))
-    thread.start()
-    try:
-        time.sleep(0.3)  # six of the thread's waits for a message
-        assert len(calls) == 2
-        clock[0] = 100.25
-        deadline = time.monotonic() + 10
-        while a.delivered_samples < 6 * SAMPLES_PER_FRAME and time.monotonic() < deadline:
-            time.sleep(0.01)
-    finally:
-        stop.set()
-        thread.join(10)
-    assert calls[2:] == [["a"]] and a.delivered_samples == 6 * SAMPLES_PER_FRAME
 
 
 def test_a_chunk_s_pieces_join_into_an_array_of_their_own() -> None:
