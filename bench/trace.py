@@ -3,7 +3,7 @@ torch.profiler's Chrome trace, small enough to keep with the report (the trace o
 streams is hundreds of megabytes, and a browser's trace viewer cannot open it whole).
 
 A thread's or stream's busy time is the union of its events' intervals (nested ops count once);
-its top names are those of its outermost events, by time. A GPU stream's gaps are the idle spells
+its top names are those of its outermost events, by time and by `family`. A GPU stream's gaps are the idle spells
 between its consecutive kernels longer than `GAP_US`: on a stream fed by CUDA graphs, those are
 where it waited for the host or for another stream's work."""
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -39,15 +40,23 @@ def _outermost(events: list[dict[str, Any]]) -> tuple[float, list[tuple[str, flo
     return busy, outer
 
 
+def family(name: str) -> str:
+    """A kernel's or op's name without what varies between its instances: a template's arguments,
+    a signature, Inductor's numbering, cuBLAS's tile shapes (`nvjet_...`)."""
+    if name.startswith("nvjet_"):
+        return "nvjet (cuBLAS GEMM)"
+    name = re.split(r"[<(]", name, maxsplit=1)[0].strip()
+    return re.sub(r"_\d+$", "", name) if name.startswith("triton_") else name
+
+
 def _top(outer: list[tuple[str, float]]) -> list[dict[str, Any]]:
     time: Counter[str] = Counter()
     count: Counter[str] = Counter()
     for name, dur in outer:
-        time[name] += dur
-        count[name] += 1
+        time[family(name)] += dur
+        count[family(name)] += 1
     return [
-        {"name": name[:120], "count": count[name], "ms": round(us / 1000, 3)}
-        for name, us in time.most_common(TOP)
+        {"name": name, "count": count[name], "ms": round(us / 1000, 3)} for name, us in time.most_common(TOP)
     ]
 
 

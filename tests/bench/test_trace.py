@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from voicewire.bench.trace import summarize, summarize_file
+from voicewire.bench.trace import family, summarize, summarize_file
 
 
 def _op(tid: int, name: str, ts: float, dur: float, cat: str = "cpu_op", pid: int = 1) -> dict:
@@ -22,8 +22,8 @@ EVENTS = [
     # Thread 12 (no name): one op.
     _op(12, "aten::conv1d", 20, 40),
     # Stream 7: kernels 0-10, 12-20 (a 2 µs spacing, no gap), 100-130 (a 80 µs gap).
-    _op(7, "gemv", 0, 10, "kernel", pid=0),
-    _op(7, "gemv", 12, 8, "kernel", pid=0),
+    _op(7, "triton_poi_fused_mul_silu_1", 0, 10, "kernel", pid=0),
+    _op(7, "triton_poi_fused_mul_silu_0", 12, 8, "kernel", pid=0),
     _op(7, "attention", 100, 30, "kernel", pid=0),
     # Stream 9: a copy overlapping stream 7's first kernel, then a kernel after a 25 µs gap.
     _op(9, "Memcpy HtoD", 5, 10, "gpu_memcpy", pid=0),
@@ -51,7 +51,10 @@ def test_summarize_counts_each_interval_once() -> None:
     conv_stream, stream7 = gpu["streams"]
     assert stream7["stream"] == "stream 7" and stream7["events"] == 3 and stream7["busy_ms"] == 0.048
     assert stream7["gaps"] == {"count": 1, "ms": 0.08, "p50_us": 80.0, "max_us": 80.0}
-    assert [t["name"] for t in stream7["top"]] == ["attention", "gemv"]
+    assert stream7["top"] == [
+        {"name": "attention", "count": 1, "ms": 0.03},
+        {"name": "triton_poi_fused_mul_silu", "count": 2, "ms": 0.018},
+    ]
     assert conv_stream["stream"] == "device 0 stream 9" and conv_stream["busy_ms"] == 0.11
     assert conv_stream["gaps"] == {"count": 1, "ms": 0.025, "p50_us": 25.0, "max_us": 25.0}
 
@@ -68,3 +71,15 @@ def test_summarize_file_reads_plain_and_gzipped(tmp_path: Path) -> None:
     with gzip.open(zipped, "wt") as f:
         json.dump({"traceEvents": EVENTS}, f)
     assert summarize_file(plain) == summarize_file(zipped) == summarize(EVENTS)
+
+
+def test_family_drops_what_varies_between_instances() -> None:
+    assert (
+        family("triton_per_fused__fused_rms_norm__to_copy_add_mul_12")
+        == "triton_per_fused__fused_rms_norm__to_copy_add_mul"
+    )
+    assert family("nvjet_sm90_tst_64x32_64x16_4x2_h_bz_TNT") == "nvjet (cuBLAS GEMM)"
+    assert family(
+        "void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel>(int, F)"
+    ) == ("void at::native::index_elementwise_kernel")
+    assert family("_conv_kernel") == "_conv_kernel" and family("aten::conv1d") == "aten::conv1d"
