@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 
 Fn = TypeVar("Fn", bound=Callable)
 
-# `VOICEWIRE_PDL=0` turns programmatic dependent launch off (A/Bs; drivers that mishandle it).
+# `VOICEWIRE_PDL=0` turns programmatic dependent launch off (A/Bs; drivers that mishandle it);
+# `VOICEWIRE_PDL=all` also launches the torch.compile'd pieces' kernels this way (on trial).
 PDL_ENV = "VOICEWIRE_PDL"
 
 
@@ -51,6 +52,9 @@ class Kernels:
     # engine.fused_conv's kernel (engine.fused_conv.unit).
     fused_unit: bool = False
     pdl: bool = False  # Triton kernels launch with programmatic dependent launch (engine.pdl)
+    # So do the compiled pieces' kernels (Inductor's `triton.enable_pdl`; on trial, VOICEWIRE_PDL=all):
+    # at 256 streams a step runs ~1,100 kernels of ~5 us, three a layer Inductor's norms and SiLU.
+    pdl_compiled: bool = False
 
     @classmethod
     def resolve(cls, config: EngineConfig, device: torch.device) -> Kernels:
@@ -59,7 +63,8 @@ class Kernels:
         decoder's conv kernel, `fused_unit` with `fused_conv` its narrow residual units as one
         kernel each, `fused_window` its attention kernel, and programmatic dependent
         launch is on for Hopper and later unless VOICEWIRE_PDL=0 or Triton runs interpreted
-        (TRITON_INTERPRET). Elsewhere everything is off."""
+        (TRITON_INTERPRET), for the compiled pieces too with VOICEWIRE_PDL=all. Elsewhere
+        everything is off."""
         if device.type != "cuda":
             return cls()
         fuse = config.fuse_kernels
@@ -72,6 +77,10 @@ class Kernels:
             fused_unit=config.fused_conv and config.fused_unit,
             fused_snake=fuse,
             pdl=_pdl_wanted() and pdl_supported(device),
+            pdl_compiled=fuse
+            and os.environ.get(PDL_ENV) == "all"
+            and _pdl_wanted()
+            and pdl_supported(device),
         )
 
     def fuse(self, fn: Fn) -> Fn:
@@ -87,7 +96,7 @@ class Kernels:
                     # typed for tensors and modules only).
                     vars(module)["kernels"] = self
         if self.compiled:
-            pointwise.configure_compiler()
+            pointwise.configure_compiler(pdl=self.pdl_compiled)
         log.info("kernels: %s", self)
 
 

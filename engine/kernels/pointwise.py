@@ -45,10 +45,14 @@ def compiled(fn: Fn) -> Fn:
     return twin  # type: ignore[return-value]
 
 
-def configure_compiler() -> None:
-    """torch.compile's settings for these functions (process-wide, as torch's config is; idempotent)."""
+def configure_compiler(pdl: bool | None = None) -> None:
+    """torch.compile's settings for these functions (process-wide, as torch's config is; idempotent).
+    `pdl`: whether Inductor's kernels launch with programmatic dependent launch (engine.pdl; each
+    waits before its first read, as the engine's own kernels do); None leaves it as it is."""
     import torch._inductor.config as inductor_config
 
+    if pdl is not None:
+        inductor_config.triton.enable_pdl = pdl
     # Each function meets several widths, dtypes and 0/1-sized dims (talker, predictor, codec
     # decoder): room for those variants, and eager instead of an error should a new one exceed it.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)

@@ -92,6 +92,39 @@ def test_pdl_needs_hopper_and_may_be_turned_off(capability, monkeypatch: pytest.
     assert Kernels.resolve(EngineConfig(), CUDA).pdl  # read at resolve, not kept from before
 
 
+def test_pdl_for_the_compiled_pieces_is_on_trial(capability, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VOICEWIRE_PDL=all launches Inductor's kernels with PDL too, where the engine's own kernels
+    launch so and the pieces are compiled; by default, and with VOICEWIRE_PDL=1, only its own."""
+    assert not Kernels.resolve(EngineConfig(), CUDA).pdl_compiled
+    monkeypatch.setenv("VOICEWIRE_PDL", "1")
+    assert not Kernels.resolve(EngineConfig(), CUDA).pdl_compiled
+    monkeypatch.setenv("VOICEWIRE_PDL", "all")
+    assert Kernels.resolve(EngineConfig(), CUDA) == dataclasses.replace(ALL_ON, pdl_compiled=True)
+    assert not Kernels.resolve(EngineConfig(fuse_kernels=False), CUDA).pdl_compiled
+    with monkeypatch.context() as env:
+        env.setenv("TRITON_INTERPRET", "1")
+        assert not Kernels.resolve(EngineConfig(), CUDA).pdl_compiled
+    capability((8, 0))
+    kernels._capability_at_least_9.cache_clear()
+    assert not Kernels.resolve(EngineConfig(), CUDA).pdl_compiled
+
+
+def test_binding_sets_inductor_s_pdl_as_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Process-wide, as torch's config is: binding compiled kernels sets Inductor's switch, and
+    compiling a piece later leaves it as bound."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config.triton, "enable_pdl", False)  # put back after the test
+    Kernels(compiled=True, pdl=True, pdl_compiled=True).bind()
+    assert inductor_config.triton.enable_pdl is True
+    pointwise.configure_compiler()
+    assert inductor_config.triton.enable_pdl is True
+    Kernels(compiled=True, pdl=True).bind()
+    assert inductor_config.triton.enable_pdl is False
+    Kernels().bind()  # nothing compiled: Inductor's settings are not touched
+    assert inductor_config.triton.enable_pdl is False
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # inductor touches torch.jit
 def test_fuse_picks_the_compiled_twin_only_when_compiled() -> None:
     assert Kernels().fuse(pointwise.silu_mul) is pointwise.silu_mul
