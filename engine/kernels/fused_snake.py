@@ -49,20 +49,25 @@ def _snake_kernel(
     log_beta_ptr,
     bias_ptr,
     out_ptr,
+    tail_ptr,
     n_out,
     x_row_stride,
     x_time_stride,
     context_row_stride,
     context_time_stride,
+    tail_row_stride,
+    tail_time_stride,
     C: tl.constexpr,
     CONTEXT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_TAIL: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_C: tl.constexpr,
     FAST_SIN: tl.constexpr,
 ):
     """out[b, t] = context[b, t] for t < CONTEXT, else snake(x[b, t - CONTEXT] (+ bias)); out is
-    contiguous [B, n_out, C]. Grid: (time blocks, channel blocks, rows)."""
+    contiguous [B, n_out, C]. With HAS_TAIL, out's last CONTEXT times go to tail [B, CONTEXT, C]
+    too (the conv's next context). Grid: (time blocks, channel blocks, rows)."""
     row = tl.program_id(2).to(tl.int64)
     ts = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -80,6 +85,11 @@ def _snake_kernel(
         y = tl.where(in_context[:, None], carried.to(tl.float32), y)
     out_at = (row * n_out + ts[:, None]) * C + cs[None, :]
     tl.store(out_ptr + out_at, y.to(out_ptr.dtype.element_ty), mask=in_out[:, None])
+    if HAS_TAIL:
+        tail_start = n_out - CONTEXT
+        in_tail = in_out & (ts >= tail_start)
+        tail_at = row * tail_row_stride + (ts - tail_start)[:, None] * tail_time_stride + cs[None, :]
+        tl.store(tail_ptr + tail_at, y.to(tail_ptr.dtype.element_ty), mask=in_tail[:, None])
 
 
 # Triton's interpreter (TRITON_INTERPRET, read by Triton as it decorated the kernel) has no fast
@@ -109,19 +119,24 @@ def snake_beta(
     bias: Tensor | None = None,
     context: Tensor | None = None,
     fast_sine: bool | None = None,
+    tail: Tensor | None = None,
 ) -> Tensor:
     """`pointwise.snake_beta` of x [B, T, C] (+ bias [C]), after `context` [B, c, C] along time if
-    given (`pointwise.snake_beta_after`): a new contiguous [B, c + T, C]. x and context need a
-    contiguous channel dim; their rows and times may be strided. `fast_sine`: None takes the fast
-    sine in half precision and the precise one in float32 (a benchmark compares both)."""
+    given (`pointwise.snake_beta_after`): a new contiguous [B, c + T, C]. With `tail` [B, c, C],
+    the output's last c times are written there too, in the same pass (a conv's next context,
+    `codec_decoder.StateRows`). x, context and tail need a contiguous channel dim; their rows and
+    times may be strided. `fast_sine`: None takes the fast sine in half precision and the precise
+    one in float32 (a benchmark compares both)."""
     b, t, c = x.shape
-    if x.stride(2) != 1 or (context is not None and context.stride(2) != 1):
-        raise ValueError("snake_beta needs x and context with a contiguous channel dim")
+    if any(v is not None and v.stride(2) != 1 for v in (x, context, tail)):
+        raise ValueError("snake_beta needs x, context and tail with a contiguous channel dim")
     if log_alpha.shape != (c,) or log_beta.shape != (c,) or (bias is not None and bias.shape != (c,)):
         raise ValueError(f"snake_beta: alpha, beta and bias must be [{c}] for x {tuple(x.shape)}")
     if context is not None and (context.shape[0] != b or context.shape[2] != c):
         raise ValueError(f"snake_beta: context {tuple(context.shape)} does not match x {tuple(x.shape)}")
     n_context = context.shape[1] if context is not None else 0
+    if tail is not None and (context is None or tail.shape != context.shape):
+        raise ValueError(f"snake_beta: tail {tuple(tail.shape)} must have the context's shape")
     n_out = n_context + t
     out = torch.empty(b, n_out, c, device=x.device, dtype=x.dtype)
     if out.numel() == 0:
@@ -138,14 +153,18 @@ def snake_beta(
         log_beta,
         bias if bias is not None else log_alpha,
         out,
+        tail if tail is not None else out,
         n_out,
         x.stride(0),
         x.stride(1),
         context.stride(0) if context is not None else 0,
         context.stride(1) if context is not None else 0,
+        tail.stride(0) if tail is not None else 0,
+        tail.stride(1) if tail is not None else 0,
         C=c,
         CONTEXT=n_context,
         HAS_BIAS=bias is not None,
+        HAS_TAIL=tail is not None,
         BLOCK_T=block_t,
         BLOCK_C=block_c,
         FAST_SIN=takes_fast_sine(x.dtype) if fast_sine is None else fast_sine and not INTERPRETED,

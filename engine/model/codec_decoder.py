@@ -109,39 +109,62 @@ class CodecDecoderState:
     """Per-stream decoding context for a batch of stream slots; row b is slot b.
 
     Allocated once by `CodecDecoder.new_state`; `decode_step` reads and writes the rows it decodes
-    in place (through `StateRows`).
+    (through `StateRows`). Every conv's carried context lies in one buffer, a row per slot, so a
+    pass gathers and scatters all of a row's contexts at once: one kernel each way, where a gather
+    and a scatter per conv were some forty small kernels a pass (a tenth of the decoder's GPU time
+    at 256 streams; docs/log/2026-11.md, "Traces of where the engine's time goes").
     """
 
-    conv: list[Tensor]  # per conv slot: [B, left context, C_in]
+    conv_rows: Tensor  # [B, sum of the convs' context x C_in]: every conv's context, side by side
+    conv: list[Tensor]  # per conv slot: its view of conv_rows, [B, left context, C_in]
     keys: list[Tensor]  # per transformer layer: [B, kv_heads, window - 1, head_dim], after RoPE
     values: list[Tensor]
     pos: Tensor  # [B] int64: frames decoded so far (RoPE position and key validity)
 
     def reset(self, rows: Tensor) -> None:
         """Start the streams in `rows` (int64 [n]) afresh, writing those rows only. No host sync."""
-        for buf in (*self.conv, *self.keys, *self.values, self.pos):
+        for buf in (self.conv_rows, *self.keys, *self.values, self.pos):
             buf.index_fill_(0, rows, 0)
 
     def rows(self, index: Tensor) -> StateRows:
         """The rows `index` (int64 [n], distinct except for rows nobody reads back) for one pass."""
-        return StateRows(self, index, self.pos.index_select(0, index))
+        carried = self.conv_rows.index_select(0, index)
+        return StateRows(self, index, self.pos.index_select(0, index), carried, torch.empty_like(carried))
+
+
+def conv_views(rows: Tensor, shapes: list[tuple[int, int]]) -> list[Tensor]:
+    """Each conv's [B, context, C_in] view of `rows` [B, sum of context x C_in], in order."""
+    views, start = [], 0
+    for context, channels in shapes:
+        size = context * channels
+        views.append(rows[:, start : start + size].view(rows.shape[0], context, channels))
+        start += size
+    return views
 
 
 @dataclass
 class StateRows:
-    """Some rows of a `CodecDecoderState`, as one decoder pass reads and writes them: each context
-    is gathered where it is used and its new tail written straight back, with no copy of the rows
-    made before the pass and written back after it."""
+    """Some rows of a `CodecDecoderState`, as one decoder pass reads and writes them: the convs'
+    contexts gathered once as the pass begins (`carried`), each conv's new tail written to `tails`
+    as it runs, and `tails` scattered back once as it ends (`advance`); the window's keys and
+    values gathered where they are used and written straight back."""
 
     state: CodecDecoderState
     index: Tensor  # int64 [n]: the state's rows, in the pass's batch order
     pos: Tensor  # [n] int64: their positions before the pass
+    carried: Tensor  # [n, state.conv_rows' width]: the rows' contexts before the pass
+    tails: Tensor  # the same after it, filled conv by conv
+
+    def __post_init__(self) -> None:
+        shapes = [(view.shape[1], view.shape[2]) for view in self.state.conv]
+        self._carried, self._tails = conv_views(self.carried, shapes), conv_views(self.tails, shapes)
 
     def conv(self, slot: int) -> Tensor:
-        return self.state.conv[slot].index_select(0, self.index)
+        return self._carried[slot]
 
-    def set_conv(self, slot: int, tail: Tensor) -> None:
-        self.state.conv[slot].index_copy_(0, self.index, tail)
+    def tail(self, slot: int) -> Tensor:
+        """Where conv `slot`'s next context goes: its last `context` input frames of this pass."""
+        return self._tails[slot]
 
     def window(self, layer: int) -> tuple[Tensor, Tensor]:
         """The carried keys and values of a transformer layer."""
@@ -158,6 +181,8 @@ class StateRows:
         self.state.values[layer].index_copy_(0, self.index, values)
 
     def advance(self, frames: int) -> None:
+        """The pass is over: its rows' new contexts and positions go back to the state."""
+        self.state.conv_rows.index_copy_(0, self.index, self.tails)
         self.state.pos.index_copy_(0, self.index, self.pos + frames)
 
 
@@ -287,9 +312,11 @@ def conv_input(x: Tensor, state: StateRows, slot: int, act: SnakeBeta | None) ->
     time; the context is updated to the last frames."""
     if slot < 0:
         return x if act is None else act(x)
-    context = state.conv(slot)
-    full = torch.cat([context, x], dim=1) if act is None else act(x, context=context)
-    state.set_conv(slot, full[:, -context.shape[1] :])
+    context, tail = state.conv(slot), state.tail(slot)
+    if act is not None:
+        return act(x, context=context, tail=tail)
+    full = torch.cat([context, x], dim=1)
+    tail.copy_(full[:, -context.shape[1] :])
     return full
 
 
@@ -398,16 +425,22 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
         self.kernels = Kernels()
 
-    def forward(self, x: Tensor, bias: Tensor | None = None, context: Tensor | None = None) -> Tensor:
-        """act(x + bias) [B, T, C], after `context` [B, c, C] along time if given (a conv's input)."""
+    def forward(
+        self, x: Tensor, bias: Tensor | None = None, context: Tensor | None = None, tail: Tensor | None = None
+    ) -> Tensor:
+        """act(x + bias) [B, T, C], after `context` [B, c, C] along time if given (a conv's input);
+        with `tail` [B, c, C], its last c times are written there too (the conv's next context)."""
         if self.kernels.fused_snake and x.is_cuda:
             from voicewire.engine.kernels import fused_snake  # Triton, which CUDA builds of torch carry
 
-            return fused_snake.snake_beta(x, self.alpha, self.beta, bias, context)
+            return fused_snake.snake_beta(x, self.alpha, self.beta, bias, context, tail=tail)
         if context is None:
             return pointwise.snake_beta(x, self.alpha, self.beta, bias)
         assert bias is None
-        return pointwise.snake_beta_after(context, x, self.alpha, self.beta)
+        full = pointwise.snake_beta_after(context, x, self.alpha, self.beta)
+        if tail is not None:
+            tail.copy_(full[:, -context.shape[1] :])
+        return full
 
 
 class ConvNeXtBlock(nn.Module):
@@ -615,15 +648,13 @@ class CodecDecoder(nn.Module):
     def new_state(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> CodecDecoderState:
         """Zeroed context for `batch` stream slots."""
         cfg = self.cfg
-        conv = [
-            torch.zeros(batch, m.context, m.conv.in_channels, device=device, dtype=dtype)
-            for m in self._contexts
-        ]
+        shapes = [(m.context, m.conv.in_channels) for m in self._contexts]
+        conv_rows = torch.zeros(batch, sum(c * ch for c, ch in shapes), device=device, dtype=dtype)
         shape = (batch, cfg.num_key_value_heads, cfg.sliding_window - 1, cfg.head_dim)
         keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_hidden_layers)]
         values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_hidden_layers)]
         pos = torch.zeros(batch, device=device, dtype=torch.int64)
-        return CodecDecoderState(conv, keys, values, pos)
+        return CodecDecoderState(conv_rows, conv_views(conv_rows, shapes), keys, values, pos)
 
     def decode_step(self, codes: Tensor, state: CodecDecoderState, rows: Tensor | None = None) -> Tensor:
         """Decode the next `n` frames `[B, n, Q]` of the streams in `rows` (int64 [B]; default: all

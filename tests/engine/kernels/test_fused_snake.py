@@ -57,6 +57,13 @@ def test_kernel_equals_the_eager_activation(
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     if carried is not None:
         assert torch.equal(got[:, :context], carried)  # the context is copied, not recomputed
+        # The next context written in the same pass, into a strided view (a row of StateRows.tails):
+        # the output's last `context` times, which reach back into the carried one when T < context.
+        rows_of = torch.full((rows, 5 + context * channels), float("nan"), device=DEVICE)
+        tail = rows_of[:, 3 : 3 + context * channels].view(rows, context, channels)
+        again = fused_snake.snake_beta(x, log_alpha, log_beta, pending, carried, tail=tail)
+        assert torch.equal(again, got) and torch.equal(tail, got[:, -context:])
+        assert rows_of[:, :3].isnan().all() and rows_of[:, 3 + context * channels :].isnan().all()
 
 
 def test_kernel_in_bfloat16_is_the_activation_rounded_once() -> None:
@@ -77,6 +84,13 @@ def test_kernel_refuses_mismatched_inputs() -> None:
     log_alpha, log_beta, bias = _params(96, 0)
     with pytest.raises(ValueError, match="contiguous channel"):
         fused_snake.snake_beta(x.mT.contiguous().mT, log_alpha, log_beta)
+    carried = torch.zeros(2, 3, 96, device=DEVICE)
+    with pytest.raises(ValueError, match="must have the context's shape"):
+        fused_snake.snake_beta(
+            x, log_alpha, log_beta, None, carried, tail=torch.zeros(2, 2, 96, device=DEVICE)
+        )
+    with pytest.raises(ValueError, match="must have the context's shape"):
+        fused_snake.snake_beta(x, log_alpha, log_beta, tail=carried)
     with pytest.raises(ValueError, match=r"must be \[96\]"):
         fused_snake.snake_beta(x, log_alpha[:48], log_beta)
     with pytest.raises(ValueError, match="does not match"):
