@@ -8,6 +8,8 @@ import torch
 
 from voicewire.engine.kernels import fused_snake, pointwise
 from voicewire.engine.kernels.choice import Kernels
+from voicewire.engine.model import codec_decoder
+from voicewire.engine.model import random_checkpoint as checkpoints
 from voicewire.engine.model.codec_decoder import SnakeBeta
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -113,8 +115,58 @@ def test_snake_beta_module_takes_the_kernel_when_its_kernels_say(monkeypatch: py
     x, carried = torch.randn(1, 5, 96, device=DEVICE), torch.randn(1, 6, 96, device=DEVICE)
     calls: list[int] = []
     kernel = fused_snake.snake_beta
-    monkeypatch.setattr(fused_snake, "snake_beta", lambda *args: calls.append(1) or kernel(*args))
+    monkeypatch.setattr(
+        fused_snake, "snake_beta", lambda *args, **kwargs: calls.append(1) or kernel(*args, **kwargs)
+    )
+    tail = torch.zeros(1, 6, 96, device=DEVICE)
     with torch.no_grad():
-        got = act(x, context=carried)
+        got = act(x, context=carried, tail=tail)
     assert len(calls) == (1 if DEVICE == "cuda" else 0)
     torch.testing.assert_close(got, _reference(x, act.alpha, act.beta, None, carried), rtol=1e-5, atol=1e-5)
+    assert torch.equal(tail, got[:, -6:])  # the conv's next context, by the kernel or after it
+
+
+def test_decoder_steps_through_the_kernel_carry_their_contexts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny decoder with every activation through the kernel (on CPU, in Triton's interpreter;
+    a module takes it on CUDA only), decoding 1, 2, then 5 frames: each step's contexts are the
+    tails the kernel wrote in the step before (`StateRows.tail`), so the samples are those of one
+    decode without it."""
+    cfg = codec_decoder.CodecDecoderConfig.from_dict(checkpoints.codec_decoder_config("tiny"))
+    model = codec_decoder.CodecDecoder(cfg)
+    codec_decoder.random_init_(model, torch.Generator().manual_seed(0))
+    model = model.to(DEVICE).eval()
+    model.prepare()
+    codes = torch.randint(0, cfg.codebook_size, (2, 8, cfg.num_quantizers), device=DEVICE)
+    calls: list[bool] = []
+
+    def through_the_kernel(self, x, bias=None, context=None, tail=None):
+        calls.append(tail is not None)
+        return fused_snake.snake_beta(x, self.alpha, self.beta, bias, context, tail=tail)
+
+    with torch.inference_mode():
+        want = model(codes)
+        monkeypatch.setattr(SnakeBeta, "forward", through_the_kernel)
+        state = model.new_state(2, DEVICE, torch.float32)
+        got = torch.cat([model.decode_step(codes[:, a:b], state) for a, b in ((0, 1), (1, 3), (3, 8))], 1)
+    assert any(calls) and not all(calls)  # convs with a context, and activations without one
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the decoder takes the kernel on CUDA only")
+def test_decoder_steps_with_the_kernel_carry_their_contexts() -> None:
+    """The real-size decoder with the activation kernel, in float32 (the precise sine), decoding
+    1, 2, then 5 frames: each step's contexts are the tails the kernel wrote in the step before,
+    so the samples are those of one decode without kernels."""
+    cfg = codec_decoder.CodecDecoderConfig.from_dict(checkpoints.codec_decoder_config("0.6b"))
+    model = codec_decoder.CodecDecoder(cfg)
+    codec_decoder.random_init_(model, torch.Generator().manual_seed(0))
+    model = model.to(DEVICE).eval()
+    model.prepare()
+    codes = torch.randint(0, cfg.codebook_size, (4, 8, cfg.num_quantizers), device=DEVICE)
+    with torch.inference_mode(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        want = model(codes)
+        Kernels(fused_snake=True).bind(model)
+        state = model.new_state(4, DEVICE, torch.float32)
+        got = torch.cat([model.decode_step(codes[:, a:b], state) for a, b in ((0, 1), (1, 3), (3, 8))], 1)
+        Kernels().bind(model)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
