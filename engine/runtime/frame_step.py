@@ -225,15 +225,18 @@ class FrameStepper:
         """`slot` holds no sequence any more: its position no longer widens the attention span."""
         self._occupied[slot] = False
 
-    def _first_code(self, logits: Tensor, rows: Tensor, active: Tensor, draw: Draw) -> Tensor:
-        """Codebook-0 logits [n, V] of slots `rows` [n] -> code 0 [n], with penalty, suppression and
-        min length; a slot listed twice must come with equal logits (its writes then agree)."""
-        no_eos = self.suppress_eos[rows] | (self.frames_done[rows] < MIN_FRAMES)
-        seen, penalty = self.seen[rows], self.penalty[rows]
+    def _first_code(self, logits: Tensor, rows: Tensor | int, active: Tensor, draw: Draw) -> Tensor:
+        """Codebook-0 logits [n, V] of slots `rows` [n] (a prefill's), or of the first `rows` slots
+        (a step's: their state read as views, where gathers were some fifteen kernels a step) ->
+        code 0 [n], with penalty, suppression and min length; a slot listed twice must come with
+        equal logits (its writes then agree)."""
+        pick = slice(rows) if isinstance(rows, int) else rows
+        no_eos = self.suppress_eos[pick] | (self.frames_done[pick] < MIN_FRAMES)
+        seen, penalty = self.seen[pick], self.penalty[pick]
         params, seed, counter = (
             self.talker_sampling.select(rows, active),
-            self.seed[rows],
-            self.rounds[rows] << 4,
+            self.seed[pick],
+            self.rounds[pick] << 4,
         )
         kernels = self.talker.kernels
         if kernels.fused_draw:
@@ -246,8 +249,8 @@ class FrameStepper:
             code0 = kernels.fuse(choose_code0)(
                 logits, seen, penalty, self.banned, no_eos, params, seed, counter, draw
             )
-        self.rounds[rows] += active
-        self.seen[rows, code0] |= active
+        self.rounds[pick] += active
+        self.seen[self._slot_index[pick] if isinstance(rows, int) else rows, code0] |= active
         return code0
 
     def clear(self, slot: int) -> None:
@@ -429,14 +432,13 @@ class FrameStepper:
         and the slot state: fixed shapes, no host sync, so it can be captured."""
         talker = self.talker
         mask = self.inputs[:b, 0] != 0
-        rows = self._slot_index[:b]
         text_rows = talker.embed_text(self.inputs[:b, 1])
         hidden, code0 = self.hidden[:b], self.code0[:b]
         residual = talker.code_predictor.predict(
             hidden,
             talker.embed_codec(code0),
             self.predictor_cache.rows(0, b),
-            self.predictor_sampling.select(rows, mask),
+            self.predictor_sampling.select(b, mask),
             self.seed[:b],
             self.rounds[:b] << 4,
             draw,
@@ -453,7 +455,7 @@ class FrameStepper:
         self.hidden[:b] = torch.where(mask[:, None], new_hidden[:, -1], hidden)
         self.pos[:b] += mask
         self.frames_done[:b] += mask
-        next_code0 = self._first_code(logits, rows, mask, draw)
+        next_code0 = self._first_code(logits, b, mask, draw)
         self.code0[:b] = torch.where(mask, next_code0, code0)
         self.outputs[:b, : frame.shape[1]] = frame
         self.outputs[:b, -2] = next_code0

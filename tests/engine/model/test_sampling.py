@@ -191,3 +191,16 @@ def test_inactive_rows_take_the_argmax() -> None:
     logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 9.0, 0.0]])
     draws = _draws(logits, rows.select(torch.arange(2), active), _keys(4, 4), 100)
     assert len(set(draws[:, 0].tolist())) > 1 and set(draws[:, 1].tolist()) == {2}
+
+
+def test_select_takes_listed_rows_or_the_first_ones_as_views() -> None:
+    rows = RowSampling.allocate(4, "cpu")
+    for b, k in enumerate((5, 6, 7, 8)):
+        rows.set(b, SamplingParams(temperature=0.5 + b, top_k=k, top_p=0.9))
+    listed, first = rows.select(torch.tensor([0, 1, 2])), rows.select(3)
+    for field in ("do_sample", "temperature", "top_k", "top_p"):
+        assert torch.equal(getattr(first, field), getattr(listed, field))
+        # The first rows are the state's own memory: a step reads them without a gather kernel.
+        assert getattr(first, field).data_ptr() == getattr(rows, field).data_ptr()
+    assert rows.select(2, torch.tensor([False, True])).do_sample.tolist() == [False, True]
+    assert rows.select(torch.tensor([3, 1])).top_k.tolist() == [8, 6]
