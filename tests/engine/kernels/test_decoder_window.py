@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.engine.kernels.decoders import random_decoder
 from voicewire.engine.kernels import decoder_window
 from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model import codec_decoder
-from voicewire.engine.model import random_checkpoint as checkpoints
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 HEADS, HEAD_DIM, PAST = 2, 16, 71
@@ -74,11 +74,8 @@ def test_what_the_kernel_takes() -> None:
 def test_decoder_with_the_kernel_on_cuda(dtype: torch.dtype) -> None:
     """The real-size decoder with the kernel against it without, over two chunks: in float32 the
     same samples; in bfloat16 close to them."""
-    cfg = codec_decoder.CodecDecoderConfig.from_dict(checkpoints.codec_decoder_config("0.6b"))
-    decoder = codec_decoder.CodecDecoder(cfg)
-    codec_decoder.random_init_(decoder, torch.Generator().manual_seed(0))
-    decoder = decoder.to(DEVICE, dtype).eval()
-    decoder.prepare()
+    decoder = random_decoder("0.6b", DEVICE, dtype)
+    cfg = decoder.cfg
     codes = torch.randint(0, cfg.codebook_size, (16, 12, cfg.num_quantizers), device=DEVICE)
     outputs = []
     # cuDNN's float32 convs round their inputs to TF32 by default: a difference in the last bit

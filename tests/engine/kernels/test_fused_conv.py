@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.engine.kernels.decoders import random_decoder
 from voicewire.engine.kernels import fused_conv, pointwise
 from voicewire.engine.kernels.choice import Kernels
 from voicewire.engine.model import codec_decoder
-from voicewire.engine.model import random_checkpoint as checkpoints
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -107,19 +107,13 @@ def test_decoder_with_the_kernel_on_cuda(dtype: torch.dtype, fused_unit: bool) -
     """The real-size decoder with the kernel against it without: in float32 the same samples, also
     when decoded in two steps; in bfloat16 no further from a float32 decode than cuDNN's convs.
     With `fused_unit`, the 96-channel block's residual units as one kernel each."""
-    cfg = codec_decoder.CodecDecoderConfig.from_dict(checkpoints.codec_decoder_config("0.6b"))
-    decoder = codec_decoder.CodecDecoder(cfg)
-    codec_decoder.random_init_(decoder, torch.Generator().manual_seed(0))
-    exact = decoder.to(DEVICE).eval()
-    exact.prepare()
+    exact = random_decoder("0.6b", DEVICE)
+    cfg = exact.cfg
     codes = torch.randint(0, cfg.codebook_size, (64, 8, cfg.num_quantizers), device=DEVICE)
     with torch.inference_mode(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         want = exact(codes)
-        model = exact if dtype == torch.float32 else codec_decoder.CodecDecoder(cfg)
-        if model is not exact:
-            model.load_state_dict(exact.state_dict())
-            model = model.to(DEVICE, dtype).eval()
-            model.prepare()
+        # The same random weights (one seed), rounded to bfloat16.
+        model = exact if dtype == torch.float32 else random_decoder("0.6b", DEVICE, dtype)
         Kernels(fused_conv=True, fused_unit=fused_unit).bind(model)
         state = model.new_state(64, DEVICE, dtype)
         got = torch.cat([model.decode_step(codes[:, :3], state), model.decode_step(codes[:, 3:], state)], 1)
@@ -181,11 +175,8 @@ def test_a_tiny_decoder_with_the_unit_kernel_decodes_as_without(monkeypatch: pyt
     """A tiny decoder whose residual units (64, 32 and 16 channels) run as `unit` (without a GPU in
     Triton's interpreter: the decoder takes the kernels for CUDA tensors only, so there it is told
     these are) decodes in two steps what the eager decoder decodes in one: the carried contexts hold."""
-    cfg = checkpoints.codec_decoder_config("tiny") | {"decoder_dim": 128, "latent_dim": 32}
-    config = codec_decoder.CodecDecoderConfig.from_dict(cfg)
-    decoder = codec_decoder.CodecDecoder(config)
-    codec_decoder.random_init_(decoder, torch.Generator().manual_seed(0))
-    decoder.to(DEVICE).eval().prepare()
+    decoder = random_decoder("tiny", DEVICE, decoder_dim=128, latent_dim=32)
+    config = decoder.cfg
     codes = torch.randint(
         0, config.codebook_size, (2, 2, config.num_quantizers), generator=torch.Generator().manual_seed(1)
     ).to(DEVICE)

@@ -6,10 +6,9 @@ compiled (half precision with the fast sine); without one, in Triton's interpret
 import pytest
 import torch
 
+from tests.engine.kernels.decoders import random_decoder
 from voicewire.engine.kernels import fused_snake, pointwise
 from voicewire.engine.kernels.choice import Kernels
-from voicewire.engine.model import codec_decoder
-from voicewire.engine.model import random_checkpoint as checkpoints
 from voicewire.engine.model.codec_decoder import SnakeBeta
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -131,12 +130,8 @@ def test_decoder_steps_through_the_kernel_carry_their_contexts(monkeypatch: pyte
     a module takes it on CUDA only), decoding 1, 2, then 5 frames: each step's contexts are the
     tails the kernel wrote in the step before (`StateRows.tail`), so the samples are those of one
     decode without it."""
-    cfg = codec_decoder.CodecDecoderConfig.from_dict(checkpoints.codec_decoder_config("tiny"))
-    model = codec_decoder.CodecDecoder(cfg)
-    codec_decoder.random_init_(model, torch.Generator().manual_seed(0))
-    model = model.to(DEVICE).eval()
-    model.prepare()
-    codes = torch.randint(0, cfg.codebook_size, (2, 8, cfg.num_quantizers), device=DEVICE)
+    model = random_decoder("tiny", DEVICE)
+    codes = torch.randint(0, model.cfg.codebook_size, (2, 8, model.cfg.num_quantizers), device=DEVICE)
     calls: list[bool] = []
 
     def through_the_kernel(self, x, bias=None, context=None, tail=None):
@@ -157,12 +152,8 @@ def test_decoder_steps_with_the_kernel_carry_their_contexts() -> None:
     """The real-size decoder with the activation kernel, in float32 (the precise sine), decoding
     1, 2, then 5 frames: each step's contexts are the tails the kernel wrote in the step before,
     so the samples are those of one decode without kernels."""
-    cfg = codec_decoder.CodecDecoderConfig.from_dict(checkpoints.codec_decoder_config("0.6b"))
-    model = codec_decoder.CodecDecoder(cfg)
-    codec_decoder.random_init_(model, torch.Generator().manual_seed(0))
-    model = model.to(DEVICE).eval()
-    model.prepare()
-    codes = torch.randint(0, cfg.codebook_size, (4, 8, cfg.num_quantizers), device=DEVICE)
+    model = random_decoder("0.6b", DEVICE)
+    codes = torch.randint(0, model.cfg.codebook_size, (4, 8, model.cfg.num_quantizers), device=DEVICE)
     with torch.inference_mode(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         want = model(codes)
         Kernels(fused_snake=True).bind(model)
