@@ -100,11 +100,9 @@ class ServerConfig:
     codec_horizon_s: float = 1.0
     # How much nicer (0-19, Linux) the codec threads run than the rest of their process, so that
     # on a host whose CPUs are all busy the engine process's threads and the workers' event loops
-    # (first packets, text to the engine) go first. Not measured yet: on an H200's 16 CPUs eight
-    # workers took chunks to the sockets ten times sooner than five but the engine stepped half
-    # as often (docs/log/2026-11.md, session 61), and with five workers the engine's threads at
-    # nice -10 cost gaps (session 42): whether nicer codec threads let eight workers keep the
-    # engine's pace is the next GPU run's question.
+    # (first packets, text to the engine) go first. On an H200's 16 CPUs eight workers at nice 10
+    # still left the engine stepping half as often as five at 0 (docs/log/2026-11.md, session 62),
+    # so the GPU profile keeps 0.
     codec_nice: int = 0
     # An engine process that dies is started again (its open contexts get stream_failed and
     # /ready answers 503 until the new one is warm), unless it died more than this many times
