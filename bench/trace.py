@@ -3,9 +3,9 @@ torch.profiler's Chrome trace, small enough to keep with the report (the trace o
 streams is hundreds of megabytes, and a browser's trace viewer cannot open it whole).
 
 A thread's or stream's busy time is the union of its events' intervals (nested ops count once);
-its top names are those of its outermost events, by time and by `family`. A GPU stream's gaps are the idle spells
-between its consecutive kernels longer than `GAP_US`: on a stream fed by CUDA graphs, those are
-where it waited for the host or for another stream's work."""
+its top names are those of its outermost events, by `family` and time. A GPU stream's gaps are
+the idle spells between its consecutive kernels longer than `GAP_US`: on a stream fed by CUDA
+graphs, those are where it waited for the host or for another stream's kernels holding the SMs."""
 
 from __future__ import annotations
 
@@ -53,8 +53,9 @@ def _top(outer: list[tuple[str, float]]) -> list[dict[str, Any]]:
     time: Counter[str] = Counter()
     count: Counter[str] = Counter()
     for name, dur in outer:
-        time[family(name)] += dur
-        count[family(name)] += 1
+        kind = family(name)
+        time[kind] += dur
+        count[kind] += 1
     return [
         {"name": name, "count": count[name], "ms": round(us / 1000, 3)} for name, us in time.most_common(TOP)
     ]

@@ -68,6 +68,7 @@ class Kernels:
         if device.type != "cuda":
             return cls()
         fuse = config.fuse_kernels
+        pdl = _pdl_wanted() and pdl_supported(device)
         return cls(
             compiled=fuse,
             fused_layer=fuse,
@@ -76,11 +77,8 @@ class Kernels:
             fused_window=config.fused_window,
             fused_unit=config.fused_conv and config.fused_unit,
             fused_snake=fuse,
-            pdl=_pdl_wanted() and pdl_supported(device),
-            pdl_compiled=fuse
-            and os.environ.get(PDL_ENV) == "all"
-            and _pdl_wanted()
-            and pdl_supported(device),
+            pdl=pdl,
+            pdl_compiled=pdl and fuse and os.environ.get(PDL_ENV) == "all",
         )
 
     def fuse(self, fn: Fn) -> Fn:
