@@ -63,7 +63,8 @@ class Kernels:
         decoder's conv kernel, `fused_unit` with `fused_conv` its narrow residual units as one
         kernel each, `fused_window` its attention kernel, and programmatic dependent
         launch is on for Hopper and later unless VOICEWIRE_PDL=0 or Triton runs interpreted
-        (TRITON_INTERPRET), for the compiled pieces too with VOICEWIRE_PDL=all. Elsewhere
+        (TRITON_INTERPRET), for the compiled pieces too with VOICEWIRE_PDL=all where Inductor has
+        the switch (`pointwise.inductor_has_pdl`). Elsewhere
         everything is off."""
         if device.type != "cuda":
             return cls()
@@ -78,12 +79,12 @@ class Kernels:
             fused_unit=config.fused_conv and config.fused_unit,
             fused_snake=fuse,
             pdl=pdl,
-            pdl_compiled=pdl and fuse and os.environ.get(PDL_ENV) == "all",
+            pdl_compiled=pdl and fuse and os.environ.get(PDL_ENV) == "all" and pointwise.inductor_has_pdl(),
         )
 
     def fuse(self, fn: Fn) -> Fn:
         """`fn`, a `@pointwise.fusable` function, compiled when `compiled` is on, else as it is."""
-        return pointwise.compiled(fn) if self.compiled else fn
+        return pointwise.compiled(fn, pdl=self.pdl_compiled) if self.compiled else fn
 
     def bind(self, *roots: nn.Module) -> None:
         """Give this value to every module under `roots` that holds one (a `kernels` field)."""
@@ -93,8 +94,6 @@ class Kernels:
                     # A plain attribute, set in the module's __init__ (nn.Module's __setattr__ is
                     # typed for tensors and modules only).
                     vars(module)["kernels"] = self
-        if self.compiled:
-            pointwise.configure_compiler(pdl=self.pdl_compiled)
         log.info("kernels: %s", self)
 
 

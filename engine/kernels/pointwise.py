@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 Fn = TypeVar("Fn", bound=Callable)
 
 _fusable: set[Callable] = set()  # the marked functions: the only ones `compiled` compiles
-_compiled: dict[Callable, Callable] = {}  # a cache: each marked function compiled once per process
+# A cache: each marked function compiled once per process, and once more with PDL (`compiled`).
+_compiled: dict[tuple[Callable, bool], Callable] = {}
 
 
 def fusable(fn: Fn) -> Fn:
@@ -33,32 +34,41 @@ def fusable(fn: Fn) -> Fn:
     return fn
 
 
-def compiled(fn: Fn) -> Fn:
-    """The compiled twin of `fn`, a `@fusable` function (made on first use, then kept)."""
-    twin = _compiled.get(fn)
+def compiled(fn: Fn, pdl: bool = False) -> Fn:
+    """The compiled twin of `fn`, a `@fusable` function (made on first use, then kept); with `pdl`,
+    a twin of its own whose kernels launch with programmatic dependent launch (Inductor's
+    `triton.enable_pdl`; `Kernels.pdl_compiled`, on trial): each waits before its first read, as the
+    engine's own kernels do. The switch goes to that compile only, not into torch's process-wide
+    config: torch 2.11 (the lent GPU hosts') has no such switch, and a config entry set and put back
+    by a test leaves every later compile failing."""
+    twin = _compiled.get((fn, pdl))
     if twin is None:
         if fn not in _fusable:
             raise ValueError(f"{fn.__qualname__} is not marked @fusable")
         configure_compiler()
+        options = {"triton.enable_pdl": True} if pdl else None
         # dynamic: one kernel family serves every batch size, width and span.
-        twin = _compiled[fn] = torch.compile(fn, dynamic=True)
+        twin = _compiled[(fn, pdl)] = torch.compile(fn, dynamic=True, options=options)
     return twin  # type: ignore[return-value]
 
 
-def configure_compiler(pdl: bool | None = None) -> None:
-    """torch.compile's settings for these functions (process-wide, as torch's config is; idempotent).
-    `pdl`: whether Inductor's kernels launch with programmatic dependent launch (engine.pdl; each
-    waits before its first read, as the engine's own kernels do); None leaves it as it is."""
+def configure_compiler() -> None:
+    """torch.compile's settings for these functions (process-wide, as torch's config is; idempotent)."""
     import torch._inductor.config as inductor_config
 
-    if pdl is not None:
-        inductor_config.triton.enable_pdl = pdl
     # Each function meets several widths, dtypes and 0/1-sized dims (talker, predictor, codec
     # decoder): room for those variants, and eager instead of an error should a new one exceed it.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     # Softmaxes here span at most a KV (persistent reductions: one read either way). Online softmax
     # only warns and falls back wherever inductor splits the reduction (one row over a long span).
     inductor_config.online_softmax = False
+
+
+def inductor_has_pdl() -> bool:
+    """Whether this torch's Inductor can launch its kernels with PDL (`triton.enable_pdl`)."""
+    import torch._inductor.config as inductor_config
+
+    return "triton.enable_pdl" in inductor_config.get_config_copy()
 
 
 @fusable

@@ -99,6 +99,10 @@ def test_pdl_for_the_compiled_pieces_is_on_trial(capability, monkeypatch: pytest
     monkeypatch.setenv("VOICEWIRE_PDL", "1")
     assert not Kernels.resolve(EngineConfig(), CUDA).pdl_compiled
     monkeypatch.setenv("VOICEWIRE_PDL", "all")
+    with monkeypatch.context() as env:
+        env.setattr(pointwise, "inductor_has_pdl", lambda: False)  # torch 2.11
+        assert not Kernels.resolve(EngineConfig(), CUDA).pdl_compiled
+    monkeypatch.setattr(pointwise, "inductor_has_pdl", lambda: True)
     assert Kernels.resolve(EngineConfig(), CUDA) == dataclasses.replace(ALL_ON, pdl_compiled=True)
     assert not Kernels.resolve(EngineConfig(fuse_kernels=False), CUDA).pdl_compiled
     with monkeypatch.context() as env:
@@ -109,27 +113,38 @@ def test_pdl_for_the_compiled_pieces_is_on_trial(capability, monkeypatch: pytest
     assert not Kernels.resolve(EngineConfig(), CUDA).pdl_compiled
 
 
-def test_binding_sets_inductor_s_pdl_as_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Process-wide, as torch's config is: binding compiled kernels sets Inductor's switch, and
-    compiling a piece later leaves it as bound."""
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # inductor touches torch.jit
+def test_pdl_for_the_compiled_pieces_goes_to_their_compile_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pdl_compiled`'s twins are compiled apart, with Inductor's PDL switch for that compile only
+    (a CPU compile takes the option and ignores it); torch's process-wide config is as it was."""
     import torch._inductor.config as inductor_config
 
-    monkeypatch.setattr(inductor_config.triton, "enable_pdl", False)  # put back after the test
-    Kernels(compiled=True, pdl=True, pdl_compiled=True).bind()
-    assert inductor_config.triton.enable_pdl is True
     pointwise.configure_compiler()
-    assert inductor_config.triton.enable_pdl is True
-    Kernels(compiled=True, pdl=True).bind()
-    assert inductor_config.triton.enable_pdl is False
-    Kernels().bind()  # nothing compiled: Inductor's settings are not touched
-    assert inductor_config.triton.enable_pdl is False
+    before = inductor_config.get_config_copy()
+    compiles: list[dict] = []
+    compile_ = torch.compile
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, **options: compiles.append(options) or compile_(fn, **options)
+    )
+    monkeypatch.setattr(pointwise, "_compiled", {})
+    plain = Kernels(compiled=True, pdl=True).fuse(pointwise.silu_mul)
+    with_pdl = Kernels(compiled=True, pdl=True, pdl_compiled=True).fuse(pointwise.silu_mul)
+    assert with_pdl is not plain
+    assert Kernels(compiled=True, pdl_compiled=True).fuse(pointwise.silu_mul) is with_pdl
+    assert compiles == [
+        {"dynamic": True, "options": None},
+        {"dynamic": True, "options": {"triton.enable_pdl": True}},
+    ]
+    gate, up = torch.randn(3, 8), torch.randn(3, 8)
+    torch.testing.assert_close(with_pdl(gate, up), pointwise.silu_mul(gate, up))
+    assert inductor_config.get_config_copy() == before
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # inductor touches torch.jit
 def test_fuse_picks_the_compiled_twin_only_when_compiled() -> None:
     assert Kernels().fuse(pointwise.silu_mul) is pointwise.silu_mul
     twin = Kernels(compiled=True).fuse(pointwise.silu_mul)
-    assert twin is not pointwise.silu_mul and twin is pointwise.compiled(pointwise.silu_mul)
+    assert twin is not pointwise.silu_mul and twin is pointwise.compiled(pointwise.silu_mul, pdl=False)
     with pytest.raises(ValueError, match="not marked @fusable"):
         pointwise.compiled(pointwise.rotate)
 

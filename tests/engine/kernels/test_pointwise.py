@@ -50,7 +50,7 @@ def test_compiled_draws_equal_eager_draws() -> None:
             compiled = pointwise.compiled(sample)(logits, params, seeds, counters, draw)
             eager = sample(logits, params, seeds, counters, draw)
             assert torch.equal(compiled, eager), (draw, counter)
-    assert sample in pointwise._compiled
+    assert (sample, False) in pointwise._compiled
 
 
 def test_compiled_code0_choice_equals_eager() -> None:
@@ -134,4 +134,4 @@ def test_compiled_few_row_attention_equals_sdpa() -> None:
         torch.testing.assert_close(got, want.reshape(b, h, t, d), rtol=1e-5, atol=1e-5)
         # Row 0 sees slot 0 alone: its value row, exactly weighted 1.
         torch.testing.assert_close(got[0, :2, 0], v[0, 0, 0].expand(2, d), rtol=1e-6, atol=1e-6)
-    assert layers.few_row_attention in pointwise._compiled
+    assert (layers.few_row_attention, False) in pointwise._compiled
