@@ -40,7 +40,10 @@ export class VoicewirePlayer extends EventTarget {
     this.bytes = 0;
     this.connectedAt = 0;
     this.worklet = { played: 0, level: 0, underruns: 0 };
-    this.next = []; // text (and null for end) for the turn after the ended one
+    // Text ({ text, contextId }, and null for end) for the turn after the ended one, or after the
+    // done one whose decoder is still handing over its last samples (`flushing`).
+    this.next = [];
+    this.flushing = false;
   }
 
   /** Open the socket (`url` is ws[s]://host[:port]) and the audio graph. `format`: 'auto', 'opus' or 'pcm'. */
@@ -80,8 +83,10 @@ export class VoicewirePlayer extends EventTarget {
   /** Send text to the current turn (a new one when none is open). Text after `end()` belongs to
    * the next turn: it is held until the ended one is done, then sent as a new turn. */
   push(text, { contextId } = {}) {
+    // A new turn resets the Opus decoder, which would drop the done turn's last packets.
+    if (this.flushing) { this.next.push({ text, contextId }); return; }
     if (contextId && contextId !== this.context) this.openTurn(contextId);
-    if (this.context && this.turnState.ended) { this.next.push(text); return; }
+    if (this.context && this.turnState.ended) { this.next.push({ text }); return; }
     if (!this.context) this.openTurn(`turn-${++this.turns}`);
     const turn = this.turnState;
     if (turn.firstPush === null) turn.firstPush = performance.now();
@@ -91,7 +96,7 @@ export class VoicewirePlayer extends EventTarget {
   flush() { if (this.context) this.send({ type: 'flush', context_id: this.context }); }
 
   end() {
-    if (this.context && this.turnState.ended) { // ends the held next turn, once it is open
+    if (this.flushing || (this.context && this.turnState.ended)) { // ends the held next turn, once it is open
       if (this.next.length) this.next.push(null);
       return;
     }
@@ -154,7 +159,7 @@ export class VoicewirePlayer extends EventTarget {
   sendNext() {
     const next = this.next;
     this.next = [];
-    for (const text of next) { if (text === null) this.end(); else this.push(text); }
+    for (const held of next) { if (held === null) this.end(); else this.push(held.text, { contextId: held.contextId }); }
   }
 
   openTurn(id) {
@@ -212,12 +217,16 @@ export class VoicewirePlayer extends EventTarget {
       case 'done':
         if (context === this.context) {
           this.context = null;
-          // Let the decoder hand over its last samples, then let the buffer play out.
+          // Let the decoder hand over its last samples, then let the buffer play out. A failed
+          // flush (the decoder closed) ends the turn all the same: held text must not wait forever.
+          this.flushing = true;
           const flushed = this.opus ? this.decoder.flush() : Promise.resolve();
-          flushed.then(() => {
+          const finish = () => {
+            this.flushing = false;
             this.node.port.postMessage({ type: 'finish' });
             this.sendNext(); // after the flush: a new turn resets the decoder
-          }, () => {});
+          };
+          flushed.then(finish, finish);
         }
         this.emit('done', message);
         break;

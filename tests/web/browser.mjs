@@ -21,7 +21,8 @@ const result = { scenario };
 // server ends a turn at its max_frames while the typing goes on, and the words typed after that
 // open the next one, as they would for a user.
 async function playedOut(page) {
-  await page.waitForFunction(() => window.seen.dones.length === window.voicewire.turns && !window.voicewire.context,
+  await page.waitForFunction(() => window.seen.dones.length === window.voicewire.turns && !window.voicewire.context
+    && !window.voicewire.flushing && !window.voicewire.next.length, // no turn held back for a flush
     null, { timeout: 60000, polling: 50 });
   await page.waitForFunction(() => {
     const { played, bufferMs } = window.voicewire.stats();
@@ -96,6 +97,7 @@ try {
     typing: '&maxFrames=30',
     pcm: '&maxFrames=30',
     turns: '&maxFrames=12',
+    'back-to-back': '&maxFrames=12',
     clone: '&maxFrames=12',
   }[scenario] || '';
   await page.goto(`${base}/?format=${format}&target=1000${extra}${process.env.PAGE_PARAMS || ''}`);
@@ -215,6 +217,19 @@ try {
     result.rendered = seen.samples;
     result.done = seen.done;
     result.voice = seen.voice;
+  } else if (scenario === 'back-to-back') {
+    // The next turn's text the moment the server says the last is done, as an agent's next
+    // sentence often comes: the ended turn's decoder is still handing over its last packets.
+    await page.evaluate(() => {
+      const p = window.voicewire;
+      p.addEventListener('done', () => { p.push('And the next one.'); p.end(); }, { once: true });
+      p.push('The first turn.');
+      p.end();
+    });
+    await playedOut(page);
+    result.seen = await page.evaluate(() => ({
+      dones: window.seen.dones, doneSamples: window.seen.doneSamples, stats: window.voicewire.stats(), errors: window.seen.errors,
+    }));
   } else if (scenario === 'turns') {
     const status = () => page.evaluate(() => document.getElementById('status').textContent);
     result.favicon = await page.evaluate(async () => (await fetch('/favicon.ico')).status);

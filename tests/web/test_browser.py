@@ -90,6 +90,14 @@ def test_rendered_audio_is_the_servers_audio(server) -> None:
     (ARTIFACTS / "fidelity.json").write_text(json.dumps({"correlation": correlation, "lag_samples": best}))
 
 
+def test_a_turn_opened_the_moment_the_last_is_done_loses_none_of_its_audio(server) -> None:
+    # The Opus decoder still holds the done turn's last packet and lookahead (312 samples) when
+    # the next turn opens; they play before the next turn's audio.
+    seen = _browse(server, "back-to-back")["seen"]
+    assert seen["dones"] == ["turn-1", "turn-2"] and seen["errors"] == []
+    assert seen["stats"]["played"] == seen["doneSamples"] == 2 * 12 * 1920 * 2  # 12 frames a turn, at 48 kHz
+
+
 def test_pcm_fallback_plays_too(server) -> None:
     seen = _browse(server, "pcm")
     assert seen["codec"] == "pcm"
