@@ -135,10 +135,15 @@ async def run_bench(engine: Engine, settings: BenchSettings) -> dict:
 
     if engine.model.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(engine.model.device)
+    # The collector's pauses reach the histograms from a thread every 0.5 s (GcPauses): those of
+    # before the run (bench_engine's freeze_startup_heap, ~0.4 s on a GPU host) are observed
+    # first, and those of its last moments before the report.
+    engine.gc_pauses.flush()
     before = engine.metrics.histograms()
     started = time.perf_counter()
     per_stream = await asyncio.gather(*(run_stream(i) for i in range(settings.streams)))
     wall = time.perf_counter() - started
+    engine.gc_pauses.flush()
     activity = histogram_report(before, engine.metrics.histograms())
     timings = [t for stream_timings in per_stream for t in stream_timings]
     if engine.model.device.type == "cuda":

@@ -74,9 +74,13 @@ class GcPauses:
         self.flush()
 
     def flush(self) -> None:
-        """Observe the pauses noted so far."""
-        while self._notes:
-            generation, seconds = self._notes.popleft()
+        """Observe the pauses noted so far. Safe beside the thread's own flushes: each note is
+        taken once (a deque's popleft is atomic; a check before it would race)."""
+        while True:
+            try:
+                generation, seconds = self._notes.popleft()
+            except IndexError:
+                return
             self.every.observe(seconds)
             if generation == 2:
                 self.full.observe(seconds)

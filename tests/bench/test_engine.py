@@ -2,6 +2,7 @@
 report, and A/B arms on one engine (the CLI's report is tested in tests/server/test_cli.py)."""
 
 import asyncio
+import gc
 import time
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from voicewire.bench import engine as bench
 from voicewire.bench.engine import BenchSettings, run_bench
 from voicewire.engine.config import ChunkSchedule, EngineConfig, UrgentChunks
+from voicewire.engine.runtime import gc_pauses
 from voicewire.engine.runtime.engine import Engine
 
 
@@ -86,6 +88,29 @@ def test_the_report_says_what_the_engine_did(tiny_models) -> None:
         )
         for key in ("step_ms", "prefill_launch_ms", "decode_ms"):
             assert activity[key]["total"] > 0 and activity[key]["p50"] <= activity[key]["p95"]
+
+
+def test_the_report_counts_only_its_run_s_collections(tiny_models, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine notes each garbage collection's pause and a thread of its own observes the notes
+    every 0.5 s (`GcPauses`; here every 10 ms, so that the note of a collection before the run is
+    observed during it): a full collection just before the run, as bench_engine's
+    `freeze_startup_heap` makes (about 0.4 s on a GPU host), is not the run's."""
+    monkeypatch.setattr(gc_pauses, "FLUSH_INTERVAL_S", 0.01)
+    settings = BenchSettings(streams=2, frames=5, text_rate=0)
+    full: list[float] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            full.append(time.perf_counter())
+
+    with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=4, kv_length=256)) as engine:
+        gc.collect()
+        gc.callbacks.append(count)
+        try:
+            activity = asyncio.run(run_bench(engine, settings))["engine"]
+        finally:
+            gc.callbacks.remove(count)
+    assert activity["gc_full_pause_ms"]["count"] == len(full)
 
 
 def test_arms_take_turns_on_one_engine(tiny_models) -> None:
