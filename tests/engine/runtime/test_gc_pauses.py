@@ -3,7 +3,13 @@ import time
 
 import pytest
 
-from voicewire.engine.runtime.gc_pauses import FLUSH_INTERVAL_S, GcPauses, freeze_startup_heap
+from voicewire.engine.runtime.gc_pauses import (
+    ENGINE_THRESHOLDS,
+    FLUSH_INTERVAL_S,
+    GcPauses,
+    freeze_startup_heap,
+    space_young_collections,
+)
 from voicewire.engine.runtime.metrics import EngineMetrics
 
 
@@ -73,3 +79,41 @@ def test_freeze_takes_the_live_heap_out_of_later_collections() -> None:
     finally:
         gc.unfreeze()
     assert any(o is kept[0] for o in gc.get_objects())
+
+
+def test_young_collections_are_spaced_and_full_ones_kept() -> None:
+    """After `space_young_collections`, 1,000 new cycles are not collected young (Python's 700
+    would have), and the full collections' threshold is Python's."""
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    before = gc.get_threshold()
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    try:
+        space_young_collections()
+        assert gc.get_threshold() == (*ENGINE_THRESHOLDS, before[2])
+        gc.collect()
+        gc.callbacks.append(count)
+        try:
+            for _ in range(1000):
+                Cycle()
+        finally:
+            gc.callbacks.remove(count)
+        assert collections == []
+        gc.set_threshold(*before)
+        gc.callbacks.append(count)
+        try:
+            for _ in range(1000):
+                Cycle()
+        finally:
+            gc.callbacks.remove(count)
+        assert collections  # Python's own threshold collects young at least once
+    finally:
+        gc.set_threshold(*before)
