@@ -84,36 +84,35 @@ def test_freeze_takes_the_live_heap_out_of_later_collections() -> None:
 def test_young_collections_are_spaced_and_full_ones_kept() -> None:
     """After `space_young_collections`, 1,000 new cycles are not collected young (Python's 700
     would have), and the full collections' threshold is Python's."""
+    before = gc.get_threshold()
+    try:
+        space_young_collections()
+        assert gc.get_threshold() == (*ENGINE_THRESHOLDS, before[2])
+        assert _collections_making_cycles(1000) == []
+        gc.set_threshold(*before)
+        assert _collections_making_cycles(1000)  # Python's own threshold collects young at least once
+    finally:
+        gc.set_threshold(*before)
+
+
+def _collections_making_cycles(n: int) -> list[int]:
+    """The generations collected while `n` new reference cycles are made, from a fresh count."""
 
     class Cycle:
         def __init__(self) -> None:
             self.me = self
 
-    before = gc.get_threshold()
-    collections: list[int] = []
+    collected: list[int] = []
 
-    def count(phase: str, info: dict[str, int]) -> None:
+    def note(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            collections.append(info["generation"])
+            collected.append(info["generation"])
 
+    gc.collect()
+    gc.callbacks.append(note)
     try:
-        space_young_collections()
-        assert gc.get_threshold() == (*ENGINE_THRESHOLDS, before[2])
-        gc.collect()
-        gc.callbacks.append(count)
-        try:
-            for _ in range(1000):
-                Cycle()
-        finally:
-            gc.callbacks.remove(count)
-        assert collections == []
-        gc.set_threshold(*before)
-        gc.callbacks.append(count)
-        try:
-            for _ in range(1000):
-                Cycle()
-        finally:
-            gc.callbacks.remove(count)
-        assert collections  # Python's own threshold collects young at least once
+        for _ in range(n):
+            Cycle()
     finally:
-        gc.set_threshold(*before)
+        gc.callbacks.remove(note)
+    return collected
