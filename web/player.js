@@ -81,7 +81,8 @@ export class VoicewirePlayer extends EventTarget {
   }
 
   /** Send text to the current turn (a new one when none is open). Text after `end()` belongs to
-   * the next turn: it is held until the ended one is done, then sent as a new turn. */
+   * the next turn: it is held until the ended one is done (and its decoder flushed), then sent as
+   * a new turn. */
   push(text, { contextId } = {}) {
     // A new turn resets the Opus decoder, which would drop the done turn's last packets.
     if (this.flushing) { this.next.push({ text, contextId }); return; }

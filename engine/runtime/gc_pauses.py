@@ -49,8 +49,9 @@ def freeze_startup_heap() -> tuple[int, float]:
 # net allocations instead of Python's 700, and one of the middle generation every 50 of those.
 # At 256 busy streams on the lent H200 the engine ran ~1,000 young collections in a 15 s run,
 # 0.8-0.9 s with the interpreter held; with these, 4 collections and 0.07 s, and 1,378 audio-s/s
-# against 1,320 (bench-engine, docs/log/2026-11.md, "The engine's garbage collections").
-# A young collection walks only what is young, so spacing them does not lengthen each by as much.
+# against 1,320 (bench-engine; docs/log/2026-11.md, session 63). Most of the engine's objects
+# live a few ms (a frame's bookkeeping): a collection every 20,000 finds most of them freed
+# already, where one every 700 walked, and promoted, many still alive.
 ENGINE_THRESHOLDS = (20_000, 50)
 
 
