@@ -16,6 +16,7 @@ from voicewire.bench.model import BenchModel
 from voicewire.server import serving, voices_cli
 from voicewire.server.config import LOG_FORMAT
 from voicewire.server.metrics_dir import multiprocess_dir
+from voicewire.server.protocol import FormatSpec
 
 log = logging.getLogger("voicewire")
 
@@ -351,10 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
     service.add_argument(
         "--opus-complexity",
         type=int,
-        default=5,
+        default=FormatSpec().complexity,
         choices=range(11),
         metavar="0-10",
-        help="the Opus encoder complexity every session asks for (default 5, the protocol's): a server's "
+        help="the Opus encoder complexity every session asks for (default %(default)s, the protocol's): a server's "
         "codec CPU per packet follows it (scripts/opus_cost.py)",
     )
     service.add_argument("--markdown", type=Path, help="write the Markdown table here")
