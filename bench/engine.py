@@ -25,7 +25,7 @@ from voicewire.engine.config import EngineConfig, StreamOptions
 from voicewire.engine.errors import StreamClosed
 from voicewire.engine.model.qwen3_tts import Qwen3TTS
 from voicewire.engine.runtime.engine import LIVE_SETTINGS, Engine
-from voicewire.engine.runtime.gc_pauses import freeze_startup_heap, space_young_collections
+from voicewire.engine.runtime.gc_pauses import settle_engine_collector
 from voicewire.engine.runtime.handle import StreamHandle
 from voicewire.engine.runtime.metrics import histogram_report
 from voicewire.engine.runtime.stream import SAMPLE_RATE
@@ -269,8 +269,7 @@ def bench_engine(
         with Engine(loaded, config) as engine:
             if warmup:  # first calls pay one-time costs (allocator, kernels)
                 await run_bench(engine, BenchSettings(streams=1, frames=warmup, text_rate=0))
-            freeze_startup_heap()  # as the engine's process of `voicewire serve` does
-            space_young_collections()
+            settle_engine_collector()  # as the engine's process of `voicewire serve` does
             if arms:
                 return await run_arms(engine, settings, arms, rounds)
             if trace is None:

@@ -28,7 +28,7 @@ from voicewire.engine.errors import EngineError, StreamClosed, StreamFailed
 from voicewire.engine.model.checkpoint import CheckpointError
 from voicewire.engine.runtime import engine_wire as wire
 from voicewire.engine.runtime.engine import Engine
-from voicewire.engine.runtime.gc_pauses import freeze_startup_heap, space_young_collections
+from voicewire.engine.runtime.gc_pauses import settle_engine_collector
 from voicewire.engine.runtime.metrics import ProcessUsage
 from voicewire.engine.runtime.stream import AudioChunk, Stream, StreamResult
 
@@ -241,8 +241,7 @@ def child_main(config: EngineConfig, address: str, authkey: bytes, owner: Connec
     )
     try:
         engine = Engine.from_config(config)
-        freeze_startup_heap()
-        space_young_collections()
+        settle_engine_collector()
         listener = Listener(address, family="AF_UNIX", authkey=authkey)
     except SETTINGS_ERRORS as exc:  # the server says it in one line
         wire.write(owner, wire.StartFailed(f"{type(exc).__name__}: {exc}", exc))

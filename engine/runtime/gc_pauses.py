@@ -49,7 +49,8 @@ def freeze_startup_heap() -> tuple[int, float]:
 # net allocations instead of Python's 700, and one of the middle generation every 50 of those.
 # At 256 busy streams on the lent H200 the engine ran ~1,000 young collections in a 15 s run,
 # 0.8-0.9 s with the interpreter held; with these, 4 collections and 0.07 s, and 1,378 audio-s/s
-# against 1,320 (bench-engine; docs/log/2026-11.md, session 63). Most of the engine's objects
+# against 1,320 (bench-engine, with full collections off in that arm, where these keep Python's
+# threshold for them; docs/log/2026-11.md, session 63). Most of the engine's objects
 # live a few ms (a frame's bookkeeping): a collection every 20,000 finds most of them freed
 # already, where one every 700 walked, and promoted, many still alive.
 ENGINE_THRESHOLDS = (20_000, 50)
@@ -60,6 +61,14 @@ def space_young_collections(thresholds: tuple[int, int] = ENGINE_THRESHOLDS) -> 
     for full collections. For the engine process's entry point, after `freeze_startup_heap`:
     process-wide, like it."""
     gc.set_threshold(*thresholds, gc.get_threshold()[2])
+
+
+def settle_engine_collector() -> None:
+    """The engine process's collector once the engine is up: its start-up heap frozen
+    (`freeze_startup_heap`) and its young generations spaced (`space_young_collections`). Called
+    by `serve`'s engine process and by `bench-engine`, so that the bench runs as it does."""
+    freeze_startup_heap()
+    space_young_collections()
 
 
 class GcPauses:
