@@ -14,10 +14,10 @@
 #   LOG_DIR: each server's output to LOG_DIR/serve_gpuI.log and HAProxy's to LOG_DIR/haproxy.log,
 #     its generated config in LOG_DIR/haproxy.cfg (unset: the console, and a temporary folder)
 #   PIN_CPUS=1: each server (its engine process and workers) on its own share of the CPUs this
-#     script may use, GPU i on the i-th of GPUS equal slices (taskset); HAProxy stays unpinned.
-#     Why: each engine process's scheduler and decoder threads wait on the GPU and need a CPU the
-#     moment it answers; unpinned, the servers' 2 x (engine + workers) threads migrate across the
-#     same CPUs and wait behind each other's.
+#     script may use (taskset): whole physical cores, on its GPU's NUMA node where the host says
+#     (server/gpu_cpus.py); HAProxy stays unpinned. Why: each engine process's scheduler and
+#     decoder threads wait on the GPU and need a CPU the moment it answers; unpinned, the servers'
+#     2 x (engine + workers) threads migrate across the same CPUs and wait behind each other's.
 set -euo pipefail
 profile=${1:?profile YAML}
 gpus=${2:?number of GPUs}
@@ -54,19 +54,20 @@ if [[ -n ${LB_BIND:-} ]]; then
   # A bad config stops us before minutes of server start-up.
   checked=$("${lb_env[@]}" "${haproxy[@]}" -c 2>&1) || { echo "$checked" >&2; exit 1; }
 fi
-# The CPUs of slice i of GPUS, from this process's own affinity (a container's or a cgroup's).
-cpu_slice() {
-  python3 -c "import os, sys; c = sorted(os.sched_getaffinity(0)); i, n = int(sys.argv[1]), int(sys.argv[2]); \
-print(','.join(map(str, c[i * len(c) // n : (i + 1) * len(c) // n])))" "$1" "$2"
-}
+# Each GPU's CPUs (PIN_CPUS=1): whole cores, on the GPU's NUMA node where the host says (server/gpu_cpus.py).
+slices=()
+if [[ ${PIN_CPUS:-0} == 1 ]]; then
+  planned=$(python3 "$(dirname "$0")/../server/gpu_cpus.py" "$gpus")
+  mapfile -t slices <<<"$planned"
+fi
 for ((i = 0; i < gpus; i++)); do
   pin=()
   if [[ ${PIN_CPUS:-0} == 1 ]]; then
-    cpus=$(cpu_slice "$i" "$gpus")
+    cpus=${slices[i]}
     echo "serve_gpus: GPU $i's server on CPUs $cpus" >&2
     pin=(taskset -c "$cpus")
   fi
-  launch "serve_gpu$i" env CUDA_VISIBLE_DEVICES="$i" "${pin[@]}" "${voicewire[@]}" serve --config "$profile" \
+  launch "serve_gpu$i" env CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES="$i" "${pin[@]}" "${voicewire[@]}" serve --config "$profile" \
     --port $((base + i)) "${serve_args[@]}"
 done
 # HAProxy holds clients off (503) until a server's /ready says 200.
