@@ -12,13 +12,15 @@ One command for a host that cannot download (docs/deployment.md, "Measuring it")
    every one is warm (until --ready-by), then HAProxy's statistics until it has every server up.
 3. A short warm-up through the balancer; then the bench through it: --streams busy streams (all
    text at once, no cancels), --sessions sessions each; then, unless --no-solo, the same load per
-   GPU against the first server alone while the others idle, the one-GPU baseline of this host.
+   GPU against each server alone in turn while the others idle: the one-GPU baseline of this host
+   is their mean.
 4. Into OUT, at most 8 files (what the device tool brings back): bench.json and bench.md (through
-   the balancer), solo.json, balance.json (per server, over each bench: sessions opened by its own
-   count; WebSocket upgrades, connections, open sessions sampled every 0.5 s and failed health
-   checks by HAProxy's; CPU cores its processes used), metrics.txt (every server's /metrics after
-   the balanced bench), serve.log, haproxy.log and lb_bench.log (this script's log: the tables,
-   the balance, the generated HAProxy config).
+   the balancer), solo.json (each server's bench alone, by name: gpu0, gpu1, ...), balance.json
+   (per server, over each bench: sessions opened by its own count; WebSocket upgrades,
+   connections, open sessions sampled every 0.5 s and failed health checks by HAProxy's; CPU
+   cores its processes used), metrics.txt (every server's /metrics after the balanced bench),
+   serve.log, haproxy.log and lb_bench.log (this script's log: the tables, the balance, the
+   generated HAProxy config).
 
 A bench's own server-side figures (`engine`, `server`, `server_cpu_cores`) come from /metrics at
 its URL: through the balancer, the first server's alone (configs/haproxy.cfg sends /metrics there).
@@ -370,22 +372,29 @@ def _tail(path: Path, size: int) -> str:
     return data[-size:].decode(errors="replace")
 
 
-def summary(run: Run, lb: dict | None, solo: dict | None, spread: dict | None) -> None:
-    """The headline: aggregate audio-s/s through the balancer, against one GPU alone."""
+def summary(run: Run, lb: dict | None, solo: dict[str, dict], spread: dict | None) -> None:
+    """The headline: aggregate audio-s/s through the balancer, against one GPU alone (the mean of
+    each GPU's run alone)."""
+
+    def figures(level: dict) -> str:
+        under = level["underruns"]
+        return (
+            f"{level['aggregate_audio_s_per_s']} audio-s/s, first audio p50/p95 "
+            f"{level['first_audio_ms']['p50']}/{level['first_audio_ms']['p95']} ms, "
+            f"{under['streams_with_underruns']} sessions gapped ({under['total_gap_s']} s)"
+        )
+
     line = []
-    for name, report in (("balanced", lb), ("one GPU alone", solo)):
-        if report:
-            level = report["levels"][0]
-            under = level["underruns"]
-            line.append(
-                f"{name}: {level['streams']} x {level['sessions_per_stream']}, "
-                f"{level['aggregate_audio_s_per_s']} audio-s/s, first audio p50/p95 "
-                f"{level['first_audio_ms']['p50']}/{level['first_audio_ms']['p95']} ms, "
-                f"{under['streams_with_underruns']} sessions gapped ({under['total_gap_s']} s)"
-            )
+    if lb:
+        level = lb["levels"][0]
+        line.append(f"balanced: {level['streams']} x {level['sessions_per_stream']}, {figures(level)}")
+    for name, report in solo.items():
+        level = report["levels"][0]
+        line.append(f"{name} alone: {level['streams']} x {level['sessions_per_stream']}, {figures(level)}")
     if lb and solo:
-        ratio = lb["levels"][0]["aggregate_audio_s_per_s"] / solo["levels"][0]["aggregate_audio_s_per_s"]
-        line.append(f"{ratio:.2f}x one GPU")
+        one = sum(r["levels"][0]["aggregate_audio_s_per_s"] for r in solo.values()) / len(solo)
+        ratio = lb["levels"][0]["aggregate_audio_s_per_s"] / one
+        line.append(f"{ratio:.2f}x one GPU (the mean of {len(solo)} alone, {one:.1f})")
     if spread:
         line.append(f"sessions by server {spread['sessions_by_server']}")
     run.log("summary: " + "; ".join(line))
@@ -406,7 +415,8 @@ def measure(run: Run) -> int:
         model = str(folder)
         run.log(f"random checkpoint: {model}")
     serve = start(run, haproxy, model)
-    lb = solo = spread = None
+    lb = spread = None
+    solo: dict[str, dict] = {}
     try:
         if not (wait_ready(run, serve) and wait_up(run)):
             return 1
@@ -425,10 +435,19 @@ def measure(run: Run) -> int:
                 metrics.write(http_get(f"http://127.0.0.1:{port}/metrics")[1])
         report: dict[str, Any] = {"balanced": spread}
         if a.solo:
-            solo = bench(
-                run, f"ws://127.0.0.1:{a.base_port}", streams // a.gpus, "solo", a.frames, a.sessions
-            )
-            report["solo"] = balance(after, snapshot(run))
+            # Each GPU alone in turn, not the first only: one slow GPU, or a half of the host that
+            # is busier, would otherwise set the baseline every ratio is taken against.
+            report["solo"] = {}
+            for i, port in enumerate(run.ports):
+                start_i = snapshot(run)
+                alone = bench(
+                    run, f"ws://127.0.0.1:{port}", streams // a.gpus, f"solo{i}", a.frames, a.sessions
+                )
+                if alone:
+                    solo[f"gpu{i}"] = alone
+                report["solo"][f"gpu{i}"] = balance(start_i, snapshot(run))
+            if solo:
+                (run.work / "solo.json").write_text(json.dumps(solo, indent=2) + "\n")
         report["haproxy_after"] = haproxy_servers(run)
         (run.out / "balance.json").write_text(json.dumps(report, indent=2) + "\n")
         run.log(f"balance through HAProxy: {json.dumps(spread)}")
@@ -467,7 +486,7 @@ def main() -> int:
         "--warmup-frames", type=int, default=20, help="a first bench, 2 streams a GPU (0: none)"
     )
     parser.add_argument(
-        "--solo", action=argparse.BooleanOptionalAction, default=True, help="one GPU alone after"
+        "--solo", action=argparse.BooleanOptionalAction, default=True, help="each GPU alone after"
     )
     parser.add_argument(
         "--set",
