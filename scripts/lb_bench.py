@@ -16,11 +16,11 @@ One command for a host that cannot download (docs/deployment.md, "Measuring it")
    is their mean.
 4. Into OUT, at most 8 files (what the device tool brings back): bench.json and bench.md (through
    the balancer), solo.json (each server's bench alone, by name: gpu0, gpu1, ...), balance.json
-   (per server, over each bench: sessions opened by its own count; WebSocket upgrades,
-   connections, open sessions sampled every 0.5 s and failed health checks by HAProxy's; CPU
-   cores its processes used), metrics.txt (every server's /metrics after the balanced bench),
-   serve.log, haproxy.log and lb_bench.log (this script's log: the tables, the balance, the
-   generated HAProxy config).
+   (per server, over each bench: sessions opened by its own count and audio seconds its engine
+   made; WebSocket upgrades, connections, open sessions sampled every 0.5 s and failed health
+   checks by HAProxy's; CPU cores its processes used), metrics.txt (every server's /metrics after
+   the balanced bench), serve.log, haproxy.log and lb_bench.log (this script's log: the tables,
+   the balance, the generated HAProxy config).
 
 A bench's own server-side figures (`engine`, `server`, `server_cpu_cores`) come from /metrics at
 its URL: through the balancer, the first server's alone (configs/haproxy.cfg sends /metrics there).
@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 START = time.monotonic()
 BACKEND = "voicewire"  # configs/haproxy.cfg's backend
 LOG_BYTES = 4_000_000  # the tail of each log kept in OUT
+FRAME_S = 0.08  # audio a frame of codes makes: the codec's 12.5 frames a second
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -287,7 +288,12 @@ def snapshot(run: Run) -> dict[str, Any]:
         for labels, value in samples(text, "voicewire_process_cpu_seconds"):
             cpu[labels.get("role", "?")] = cpu.get(labels.get("role", "?"), 0.0) + value
         opened = samples(text, "voicewire_sessions_opened_total")
-        servers[f"gpu{i}"] = {"sessions_opened": sum(v for _, v in opened), "cpu_s": cpu}
+        frames = samples(text, "voicewire_engine_frames_total")
+        servers[f"gpu{i}"] = {
+            "sessions_opened": sum(v for _, v in opened),
+            "frames": sum(v for _, v in frames),
+            "cpu_s": cpu,
+        }
     keep = ("status", "scur", "smax", "stot", "hrsp_1xx", "hrsp_5xx", "econ", "eresp", "wretr", "wredis")
     haproxy = {
         n: {k: r.get(k, "") for k in (*keep, "chkfail", "chkdown")} for n, r in haproxy_servers(run).items()
@@ -304,7 +310,7 @@ def balance(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     wall = after["t"] - before["t"]
     per_server = {}
     for name, now in after["servers"].items():
-        then = before["servers"].get(name, {"sessions_opened": 0, "cpu_s": {}})
+        then = before["servers"].get(name, {"sessions_opened": 0, "frames": 0, "cpu_s": {}})
         lb_now, lb_then = after["haproxy"].get(name, {}), before["haproxy"].get(name, {})
 
         def delta(key: str, lb_now: dict = lb_now, lb_then: dict = lb_then) -> int:
@@ -312,6 +318,9 @@ def balance(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
         per_server[name] = {
             "sessions_opened": round(now["sessions_opened"] - then["sessions_opened"]),
+            # Its engine's frames between the snapshots: each GPU's share of the bench's audio
+            # (the interval also holds the bench's start-up, so no rate is taken over it).
+            "audio_s": round((now["frames"] - then["frames"]) * FRAME_S, 2),
             "haproxy_websocket_upgrades": delta("hrsp_1xx"),
             "haproxy_connections": delta("stot"),
             "haproxy_most_open_at_once": number(lb_now.get("smax", "")),  # since HAProxy started
@@ -397,6 +406,10 @@ def summary(run: Run, lb: dict | None, solo: dict[str, dict], spread: dict | Non
         line.append(f"{ratio:.2f}x one GPU (the mean of {len(solo)} alone, {one:.1f})")
     if spread:
         line.append(f"sessions by server {spread['sessions_by_server']}")
+        made = [server["audio_s"] for server in spread["servers"].values()]
+        if lb and sum(made) > 0:
+            rate = lb["levels"][0]["aggregate_audio_s_per_s"] / sum(made)
+            line.append(f"audio-s/s by server (its share of the frames) {[round(m * rate, 1) for m in made]}")
     run.log("summary: " + "; ".join(line))
 
 
