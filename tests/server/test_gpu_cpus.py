@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.serve import free_port
 from voicewire.server import gpu_cpus
 from voicewire.server.gpu_cpus import Topology, format_cpu_list, parse_cpu_list, plan
 
@@ -100,3 +106,66 @@ def test_the_script_prints_one_cpu_list_per_gpu() -> None:
     assert all(lines) and all(parse_cpu_list(line) <= allowed for line in lines)
     bad = subprocess.run([sys.executable, str(SCRIPT), "none"], capture_output=True, text=True)
     assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _server_pid(group: int, port: int) -> int:
+    """The `voicewire serve --port PORT` process of a process group (its workers and engine
+    process are its children, with the affinity it had when they started)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+            if os.getpgid(int(entry.name)) == group and b"serve" in words and str(port).encode() in words:
+                return int(entry.name)
+        except (OSError, ProcessLookupError):
+            continue
+    raise AssertionError(f"no server on port {port} in process group {group}")
+
+
+def test_serve_gpus_pins_each_server_to_its_plan_and_stops_all_when_one_exits(tmp_path: Path) -> None:
+    base = free_port()
+    while _listening(base + 1):
+        base = free_port()
+    script = Path(__file__).resolve().parents[2] / "scripts" / "serve_gpus.sh"
+    env = {**os.environ, "PIN_CPUS": "1", "PYTHON": sys.executable, "LOG_DIR": str(tmp_path)}
+    with (tmp_path / "launcher.log").open("w") as log:  # the child keeps its own copy
+        launcher = subprocess.Popen(
+            ["bash", str(script), "configs/cpu.yaml", "2", str(base)],
+            cwd=script.parents[1],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    try:
+        deadline = time.monotonic() + 240
+        ready: set[int] = set()
+        while len(ready) < 2:
+            assert launcher.poll() is None, (tmp_path / "launcher.log").read_text()
+            assert time.monotonic() < deadline, "the servers did not become ready"
+            for port in {base, base + 1} - ready:
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
+                        ready.add(port)
+            time.sleep(0.3)
+        planned = subprocess.run(
+            [sys.executable, str(SCRIPT), "2"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        servers = [_server_pid(launcher.pid, port) for port in (base, base + 1)]
+        for pid, cpus in zip(servers, planned, strict=True):
+            assert os.sched_getaffinity(pid) == parse_cpu_list(cpus)
+        assert f"GPU 1's server on CPUs {planned[1]}" in (tmp_path / "launcher.log").read_text()
+        # One server gone: the script stops the other too, for a supervisor to restart the whole.
+        os.kill(servers[0], signal.SIGKILL)
+        assert launcher.wait(timeout=90) != 0
+        assert not _listening(base + 1)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
