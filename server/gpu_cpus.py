@@ -87,6 +87,9 @@ def plan(topology: Topology, gpus: int) -> list[list[int]]:
             slices[gpu] = [cpu for core in share for cpu in sorted(core)]
     for gpu, share in enumerate(_split(spare, gpus)):
         slices[gpu].extend(cpu for core in share for cpu in sorted(core))
+    if not all(slices) and topology.gpu_cpus:
+        # A node whose CPUs name no core of their own (sysfs disagreeing with itself): as unknown.
+        return plan(Topology(topology.allowed, topology.cores, ()), gpus)
     return [sorted(s) for s in slices]
 
 

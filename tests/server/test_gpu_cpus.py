@@ -68,6 +68,12 @@ def test_unknown_nodes_fall_back_to_splitting_in_order() -> None:
     assert plan(host, 4) == [[0], [1, 2], [3], [4, 5]]
 
 
+def test_a_node_whose_cpus_are_no_core_of_their_own_counts_as_unknown() -> None:
+    # sysfs puts CPUs 2 and 3 in one core with 0 and 1, yet names 2-3 as GPU 1's node.
+    host = Topology(frozenset(range(4)), (frozenset(range(4)),), (frozenset({0, 1}), frozenset({2, 3})))
+    assert plan(host, 2) == [[0, 1, 2, 3], [0, 1, 2, 3]]
+
+
 def test_more_gpus_than_cores_share_cores() -> None:
     host = Topology(frozenset({0, 1}), (frozenset({0, 1}),), ())
     assert plan(host, 3) == [[0, 1], [0, 1], [0, 1]]
