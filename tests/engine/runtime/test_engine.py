@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.engine.streaming import collect, feed, speak
+from tests.engine.streaming import Heard, collect, feed, speak
 from voicewire.engine.config import (
     ChunkSchedule,
     EngineConfig,
@@ -442,10 +442,10 @@ def test_with_first_chunk_alone_the_next_step_waits_for_the_first_chunks_pass(
     """The step that completes a new stream's first chunk is read before the next is launched, and
     that launch waits for the decoder to queue the chunk's pass (on CUDA its stream then waits for
     the pass on the GPU too). Off, steps are pipelined: the next is launched before the host reads
-    the one before. The audio is the same."""
+    the one before. The codes are the same, and so is the audio up to float rounding."""
     chunks = ChunkSchedule(first_frames=first_frames, frames=(2, 4))
 
-    def run(alone: FirstChunkAlone) -> tuple[list[str], np.ndarray]:
+    def run(alone: FirstChunkAlone) -> tuple[list[str], Heard]:
         calls: list[str] = []
         config = EngineConfig(max_streams=2, kv_length=256, chunks=chunks, first_chunk_alone=alone)
         with Engine(model, config) as engine:
@@ -466,15 +466,19 @@ def test_with_first_chunk_alone_the_next_step_waits_for_the_first_chunks_pass(
                 return await speak(engine.open_stream(await engine.voice(speaker="ryan"), GREEDY), [TEXT])
 
             heard = asyncio.run(speak_once())
-        return calls, heard.audio
+        return calls, heard
 
     first = f"decode {first_frames}"
-    off, audio_off = run(FirstChunkAlone())
-    on, audio_on = run(FirstChunkAlone(rows=8, wait_s=10.0))  # a bound no CI machine meets
+    off, heard_off = run(FirstChunkAlone())
+    on, heard_on = run(FirstChunkAlone(rows=8, wait_s=10.0))  # a bound no CI machine meets
     steps_before = first_frames + 1  # the step after the one that completes the first chunk is in
     assert off.index(first) >= steps_before  # (the decoder's thread may come later still)
     assert on[: steps_before + 1] == ["step"] * (steps_before - 1) + [first, "step"]
-    np.testing.assert_array_equal(audio_on, audio_off)
+    np.testing.assert_array_equal(heard_on.codes, heard_off.codes)
+    # Not bit for bit: where the decoder's thread falls behind on a busy host, it takes several
+    # chunks' frames of a stream in one pass (decode_stage._Decoding.due, up to MAX_DECODE_FRAMES),
+    # and a pass cut elsewhere rounds differently (1.1e-6 apart at most, seen on a 2-CPU CI run).
+    np.testing.assert_allclose(heard_on.audio, heard_off.audio, rtol=0, atol=1e-5)
 
 
 def test_the_speech_guard_ends_a_sequence_that_never_says_end_of_speech(model: Qwen3TTS) -> None:
