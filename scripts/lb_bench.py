@@ -53,7 +53,9 @@ ROOT = Path(__file__).resolve().parents[1]
 START = time.monotonic()
 BACKEND = "voicewire"  # configs/haproxy.cfg's backend
 LOG_BYTES = 4_000_000  # the tail of each log kept in OUT
-FRAME_S = 0.08  # audio a frame of codes makes: the codec's 12.5 frames a second
+# Audio a frame of codes makes: the codec's 12.5 frames a second (the engine's SAMPLES_PER_FRAME /
+# SAMPLE_RATE; this script keeps to the standard library).
+FRAME_S = 0.08
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -394,12 +396,10 @@ def summary(run: Run, lb: dict | None, solo: dict[str, dict], spread: dict | Non
         )
 
     line = []
-    if lb:
-        level = lb["levels"][0]
-        line.append(f"balanced: {level['streams']} x {level['sessions_per_stream']}, {figures(level)}")
-    for name, report in solo.items():
+    runs = [("balanced", lb)] if lb else []
+    for name, report in [*runs, *((f"{name} alone", report) for name, report in solo.items())]:
         level = report["levels"][0]
-        line.append(f"{name} alone: {level['streams']} x {level['sessions_per_stream']}, {figures(level)}")
+        line.append(f"{name}: {level['streams']} x {level['sessions_per_stream']}, {figures(level)}")
     if lb and solo:
         one = sum(r["levels"][0]["aggregate_audio_s_per_s"] for r in solo.values()) / len(solo)
         ratio = lb["levels"][0]["aggregate_audio_s_per_s"] / one
@@ -450,15 +450,16 @@ def measure(run: Run) -> int:
         if a.solo:
             # Each GPU alone in turn, not the first only: one slow GPU, or a half of the host that
             # is busier, would otherwise set the baseline every ratio is taken against.
-            report["solo"] = {}
+            report["solo"], mark = {}, after
             for i, port in enumerate(run.ports):
-                start_i = snapshot(run)
                 alone = bench(
                     run, f"ws://127.0.0.1:{port}", streams // a.gpus, f"solo{i}", a.frames, a.sessions
                 )
                 if alone:
                     solo[f"gpu{i}"] = alone
-                report["solo"][f"gpu{i}"] = balance(start_i, snapshot(run))
+                now = snapshot(run)  # this run's end, and the next one's start
+                report["solo"][f"gpu{i}"] = balance(mark, now)
+                mark = now
             if solo:
                 (run.work / "solo.json").write_text(json.dumps(solo, indent=2) + "\n")
         report["haproxy_after"] = haproxy_servers(run)
