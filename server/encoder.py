@@ -12,6 +12,7 @@ output samples.
 
 from __future__ import annotations
 
+import ctypes
 import io
 from dataclasses import dataclass
 
@@ -40,6 +41,27 @@ RATES = {
 }
 OPUS_PACKET_MS = 20
 ENGINE_PACKET = ENGINE_RATE * OPUS_PACKET_MS // 1000  # an Opus packet in the encoder's (24 kHz) samples
+# Packets one libopus call encodes where a chunk holds that many. libopus codes a 100 ms frame as
+# five 20 ms frames in every mode (CELT, SILK, hybrid), each encoded whole and carried in one code-3
+# packet; split out, each is a 20 ms packet of its own: at complexity 0-7 the very bytes of one call
+# a packet (from 8 on, a block's mode is chosen once for its five). The cost is per call as much as
+# per packet: every call releases the GIL and takes it back, and where a worker's event loop is
+# busy, taking it back waits for the switch interval. On an H200 the workers' codec threads spent
+# 10-15% less CPU an audio second, and chunks reached the sockets 3-4x sooner (docs/log/2026-11.md,
+# session 65).
+OPUS_BLOCK = 5
+# libopus's packet parser, called holding the GIL (PyDLL): it reads a few header bytes, and releasing
+# the GIL for that would cost more than the call.
+_opus_packet_parse = ctypes.PyDLL(opuslib.api.libopus._name).opus_packet_parse
+_opus_packet_parse.restype = ctypes.c_int
+_opus_packet_parse.argtypes = (
+    ctypes.c_char_p,  # data
+    ctypes.c_int32,  # len
+    ctypes.POINTER(ctypes.c_ubyte),  # out_toc
+    ctypes.POINTER(ctypes.c_void_p),  # frames[48]
+    ctypes.POINTER(ctypes.c_int16),  # size[48]
+    ctypes.POINTER(ctypes.c_int),  # payload_offset
+)
 # What an MP3 decoder outputs before the first real sample: LAME's encoder delay (576) plus the
 # decoder's own synthesis delay (529). No LAME/Xing tag is written (lameenc leaves it off, so packets
 # concatenate into a plain stream), so no decoder knows to drop them; 1105 measured with libsndfile's
@@ -122,6 +144,38 @@ def to_s16(pcm: np.ndarray) -> np.ndarray:
     return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2")
 
 
+class OpusFrames:
+    """Splits an Opus packet of several frames into one packet a frame (RFC 6716 section 3.2),
+    through libopus's own parser. Not thread-safe: one per encoder."""
+
+    def __init__(self) -> None:
+        self._toc = ctypes.c_ubyte()
+        self._frames = (ctypes.c_void_p * 48)()
+        self._sizes = (ctypes.c_int16 * 48)()
+        self._offset = ctypes.c_int()
+
+    def split(self, packet: bytes) -> list[bytes]:
+        count = _opus_packet_parse(
+            packet,
+            len(packet),
+            ctypes.byref(self._toc),
+            self._frames,
+            self._sizes,
+            ctypes.byref(self._offset),
+        )
+        if count < 0:
+            raise opuslib.OpusError(count)  # libopus's error code; its str() is libopus's message
+        # A packet's frames lie in order after its header, padding after the last; a packet of one
+        # frame is the TOC byte with its frame count code 0, then the frame.
+        toc = bytes((self._toc.value & 0xFC,))
+        at = self._offset.value
+        frames = []
+        for size in self._sizes[:count]:
+            frames.append(toc + packet[at : at + size])
+            at += size
+        return frames
+
+
 class AudioEncoder:
     """One context's encoder: feed it engine chunks in order, get packets."""
 
@@ -137,6 +191,7 @@ class AudioEncoder:
         self._pts = 0  # output samples emitted
         self._pending = np.zeros(0, np.float32)  # Opus: samples short of a full packet
         self._opus: opuslib.Encoder | None = None
+        self._frames = OpusFrames()  # Opus: a block's packet, split
         if fmt.encoding == "opus":
             self._opus = opuslib.Encoder(ENGINE_RATE, 1, opuslib.APPLICATION_AUDIO)
             self._opus.bitrate = fmt.bitrate
@@ -213,12 +268,17 @@ class AudioEncoder:
         whole = samples.shape[0] // size * size
         self._pending = samples[whole:]
         pcm16 = to_s16(samples[:whole])
+        encoded: list[bytes] = []
+        while len(encoded) * size < whole:
+            start = len(encoded) * size
+            span = OPUS_BLOCK * size if whole - start >= OPUS_BLOCK * size else size
+            data = self._opus.encode(pcm16[start : start + span].tobytes(), span)
+            encoded += self._frames.split(data) if span > size else [data]
         packets = []
-        for start in range(0, whole, size):
+        for i, data in enumerate(encoded):
             # The last packets of a context may hold only padding and the lookahead flush.
-            count = min(size, max(valid - start, 0)) * self._scale
-            data = self._opus.encode(pcm16[start : start + size].tobytes(), size)
-            packets.append(Packet(data, self._pts, count, final=final and start + size == whole))
+            count = min(size, max(valid - i * size, 0)) * self._scale
+            packets.append(Packet(data, self._pts, count, final=final and i == len(encoded) - 1))
             self._pts += count
         return packets
 

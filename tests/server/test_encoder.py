@@ -6,8 +6,10 @@ import pytest
 import soundfile
 import soxr
 
+from voicewire.server import encoder as encoder_module
 from voicewire.server.encoder import (
     AudioEncoder,
+    OpusFrames,
     OutputFormat,
     alaw_decode,
     alaw_encode,
@@ -72,6 +74,47 @@ def test_opus_split_at_its_first_packet_makes_the_same_packets() -> None:
     split.encode(chunk[:100])  # held: short of a packet
     assert split.packet_samples_in == 380
     assert AudioEncoder(OutputFormat("pcm_s16le", 24000)).packet_samples_in == 0
+
+
+@pytest.mark.parametrize("complexity", [0, 5, 7])
+def test_opus_blocks_make_the_packets_of_one_call_a_packet(
+    complexity: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five packets to a libopus call (OPUS_BLOCK) where a chunk holds them: at the protocol's
+    default complexity (5), below it and up to 7, the same bytes as one call a packet."""
+    x = _chirp(2.0)
+    sizes = [1920, 7680, 3840, 15360, 700]  # blocks with singles left over, and a packet split across chunks
+    blocked = _feed(AudioEncoder(OutputFormat("opus", 48000, complexity=complexity)), x, sizes)
+    monkeypatch.setattr(encoder_module, "OPUS_BLOCK", 1)
+    single = _feed(AudioEncoder(OutputFormat("opus", 48000, complexity=complexity)), x, sizes)
+    assert len(blocked) == len(single) == 101
+    assert blocked == single
+
+
+@pytest.mark.parametrize("complexity", [5, 10])
+def test_opus_blocks_split_into_20_ms_packets_of_one_frame(complexity: int) -> None:
+    """From complexity 8 libopus chooses a block's mode once for its five frames, so the bytes may
+    differ from one call a packet's; each packet is still one 20 ms frame (TOC code 0), decoded
+    alone."""
+    encoder = AudioEncoder(OutputFormat("opus", 24000, complexity=complexity))
+    packets = _feed(encoder, _chirp(1.0), [7680])
+    assert len(packets) == 51
+    decoder = opuslib.Decoder(24000, 1)
+    for packet in packets:
+        assert packet.data[0] & 0x03 == 0
+        assert len(decoder.decode(packet.data, 2880)) == 480 * 2  # 20 ms of int16, from a 120 ms buffer
+
+
+def test_opus_frames_split_a_packet_of_five_frames_and_refuse_garbage() -> None:
+    opus = opuslib.Encoder(24000, 1, opuslib.APPLICATION_AUDIO)
+    pcm = (_tone(0.1) * 32767).astype("<i2").tobytes()
+    packet = opus.encode(pcm, 2400)
+    assert packet[0] & 0x03 == 3  # code 3: a frame count follows the TOC
+    frames = OpusFrames().split(packet)
+    assert len(frames) == 5 and all(f[0] == packet[0] & 0xFC for f in frames)
+    assert sum(len(f) - 1 for f in frames) < len(packet) - 1  # the frames less the header
+    with pytest.raises(opuslib.OpusError, match="corrupted stream"):
+        OpusFrames().split(bytes([0x03, 0x3F]))  # code 3 with 63 frames and no bytes for them
 
 
 def test_opus_at_48k_is_the_24k_stream_decoded_at_48k() -> None:
