@@ -43,12 +43,13 @@ OPUS_PACKET_MS = 20
 ENGINE_PACKET = ENGINE_RATE * OPUS_PACKET_MS // 1000  # an Opus packet in the encoder's (24 kHz) samples
 # Packets one libopus call encodes where a chunk holds that many. libopus codes a 100 ms frame as
 # five 20 ms frames in every mode (CELT, SILK, hybrid), each encoded whole and carried in one code-3
-# packet; split out, each is a 20 ms packet of its own: at complexity 0-7 the very bytes of one call
-# a packet (from 8 on, a block's mode is chosen once for its five). The cost is per call as much as
-# per packet: every call releases the GIL and takes it back, and where a worker's event loop is
-# busy, taking it back waits for the switch interval. On an H200 the workers' codec threads spent
-# 10-15% less CPU an audio second, and chunks reached the sockets 3-4x sooner (docs/log/2026-11.md,
-# session 65).
+# packet; split out, each is a 20 ms packet of its own. At complexity 0-6 they are the very bytes of
+# one call a packet, at any bitrate; from 7, where libopus weighs SILK and hybrid, it chooses a
+# block's mode once for its five, and some bytes differ (at 7 above 32 kbit/s, from 8 at any). The
+# cost is per call as much as per packet: every call releases the GIL and takes it back, and where a
+# worker's event loop is busy, taking it back waits for the switch interval. On an H200 the workers'
+# codec threads spent 10-15% less CPU an audio second, and chunks reached the sockets 3-4x sooner
+# (docs/log/2026-11.md, session 65).
 OPUS_BLOCK = 5
 # libopus's packet parser, called holding the GIL (PyDLL): it reads a few header bytes, and releasing
 # the GIL for that would cost more than the call.

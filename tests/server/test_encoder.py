@@ -76,27 +76,28 @@ def test_opus_split_at_its_first_packet_makes_the_same_packets() -> None:
     assert AudioEncoder(OutputFormat("pcm_s16le", 24000)).packet_samples_in == 0
 
 
-@pytest.mark.parametrize("complexity", [0, 5, 7])
+@pytest.mark.parametrize(("complexity", "bitrate"), [(0, 32000), (5, 32000), (5, 510000), (6, 128000)])
 def test_opus_blocks_make_the_packets_of_one_call_a_packet(
-    complexity: int, monkeypatch: pytest.MonkeyPatch
+    complexity: int, bitrate: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Five packets to a libopus call (OPUS_BLOCK) where a chunk holds them: at the protocol's
-    default complexity (5), below it and up to 7, the same bytes as one call a packet."""
+    default complexity (5) and up to 6, at any bitrate, the same bytes as one call a packet."""
     x = _chirp(2.0)
     sizes = [1920, 7680, 3840, 15360, 700]  # blocks with singles left over, and a packet split across chunks
-    blocked = _feed(AudioEncoder(OutputFormat("opus", 48000, complexity=complexity)), x, sizes)
+    fmt = OutputFormat("opus", 48000, bitrate=bitrate, complexity=complexity)
+    blocked = _feed(AudioEncoder(fmt), x, sizes)
     monkeypatch.setattr(encoder_module, "OPUS_BLOCK", 1)
-    single = _feed(AudioEncoder(OutputFormat("opus", 48000, complexity=complexity)), x, sizes)
+    single = _feed(AudioEncoder(fmt), x, sizes)
     assert len(blocked) == len(single) == 101
     assert blocked == single
 
 
-@pytest.mark.parametrize("complexity", [5, 10])
-def test_opus_blocks_split_into_20_ms_packets_of_one_frame(complexity: int) -> None:
-    """From complexity 8 libopus chooses a block's mode once for its five frames, so the bytes may
-    differ from one call a packet's; each packet is still one 20 ms frame (TOC code 0), decoded
+@pytest.mark.parametrize(("complexity", "bitrate"), [(5, 32000), (7, 128000), (10, 32000)])
+def test_opus_blocks_split_into_20_ms_packets_of_one_frame(complexity: int, bitrate: int) -> None:
+    """From complexity 7 libopus may choose a block's mode once for its five frames, so the bytes
+    may differ from one call a packet's; each packet is still one 20 ms frame (TOC code 0), decoded
     alone."""
-    encoder = AudioEncoder(OutputFormat("opus", 24000, complexity=complexity))
+    encoder = AudioEncoder(OutputFormat("opus", 24000, bitrate=bitrate, complexity=complexity))
     packets = _feed(encoder, _chirp(1.0), [7680])
     assert len(packets) == 51
     decoder = opuslib.Decoder(24000, 1)
