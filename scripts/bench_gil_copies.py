@@ -8,10 +8,13 @@ join of a chunk's samples (8 frames, 15,360 float32) as `np.concatenate` did it 
 `decode_stage.join_samples` does; staging a 256-row decoder group's codes (256 x 8 x 16 int64) by
 numpy assignment and by `cuda_graphs.put_bytes`; a torch op and a tensor slice (indexing keeps
 the GIL); and a server worker's Opus encoding of an 8-frame chunk (32 packets of 20 ms at 48 kHz,
-each a call into libopus that lets go of the GIL), alone and beside 1 or 2 threads that run Python
-without pause. `--switch-interval-ms` sets the interpreter's switch interval first.
+in calls into libopus that let go of the GIL: five packets a call, `server.encoder.OPUS_BLOCK`, and
+the last two alone), alone and beside 1 or 2 threads that run Python without pause.
+`--switch-interval-ms` sets the interpreter's switch interval first; `--opus-block 1` encodes one
+packet a call, as the server did before session 65.
 
-Usage: python scripts/bench_gil_copies.py [--calls N] [--switch-interval-ms MS] [--out FILE.json]
+Usage: python scripts/bench_gil_copies.py [--calls N] [--switch-interval-ms MS] [--opus-block N]
+       [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 
 from voicewire.engine.kernels.cuda_graphs import put_bytes
 from voicewire.engine.runtime.decode_stage import join_samples
+from voicewire.server import encoder
 from voicewire.server.encoder import AudioEncoder, OutputFormat
 
 SAMPLES = 8 * 1920  # one 8-frame chunk at 24 kHz
@@ -52,10 +56,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--switch-interval-ms", type=float, help="the switch interval (5 ms by default)")
+    parser.add_argument("--opus-block", type=int, help="Opus packets a libopus call (server.encoder's: 5)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.switch_interval_ms is not None:
         sys.setswitchinterval(args.switch_interval_ms / 1000)
+    if args.opus_block is not None:
+        encoder.OPUS_BLOCK = args.opus_block
     rows = np.random.default_rng(0).random((64, SAMPLES), dtype=np.float32)  # a decoder pass's output
     small = torch.zeros(16)
     codes = np.ones((256, 8, 16), dtype=np.int64)  # a decoder group's codes
@@ -92,7 +99,12 @@ def main() -> None:
             stop.set()
             for thread in threads:
                 thread.join()
-    report = {"switch_interval_s": sys.getswitchinterval(), "calls_each": args.calls, "results": results}
+    report = {
+        "switch_interval_s": sys.getswitchinterval(),
+        "opus_block": encoder.OPUS_BLOCK,
+        "calls_each": args.calls,
+        "results": results,
+    }
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
 
