@@ -192,8 +192,9 @@ class AudioEncoder:
         self._pts = 0  # output samples emitted
         self._pending = np.zeros(0, np.float32)  # Opus: samples short of a full packet
         self._opus: opuslib.Encoder | None = None
-        self._frames = OpusFrames()  # Opus: a block's packet, split
+        self._frames: OpusFrames | None = None  # Opus: splits a block's packet
         if fmt.encoding == "opus":
+            self._frames = OpusFrames()
             self._opus = opuslib.Encoder(ENGINE_RATE, 1, opuslib.APPLICATION_AUDIO)
             self._opus.bitrate = fmt.bitrate
             self._opus.complexity = fmt.complexity
@@ -257,7 +258,7 @@ class AudioEncoder:
         return [packet]
 
     def _packets(self, pcm: np.ndarray, final: bool) -> list[Packet]:
-        assert self._opus is not None
+        assert self._opus is not None and self._frames is not None
         size = ENGINE_PACKET
         lookahead = int(self._opus.lookahead)
         samples = np.concatenate((self._pending, pcm))
@@ -270,11 +271,12 @@ class AudioEncoder:
         self._pending = samples[whole:]
         pcm16 = to_s16(samples[:whole])
         encoded: list[bytes] = []
-        while len(encoded) * size < whole:
-            start = len(encoded) * size
+        start = 0
+        while start < whole:
             span = OPUS_BLOCK * size if whole - start >= OPUS_BLOCK * size else size
             data = self._opus.encode(pcm16[start : start + span].tobytes(), span)
             encoded += self._frames.split(data) if span > size else [data]
+            start += span
         packets = []
         for i, data in enumerate(encoded):
             # The last packets of a context may hold only padding and the lookahead flush.

@@ -37,6 +37,19 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive ports free now (one server per GPU takes base + i)."""
+    while True:
+        base = free_port()
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base + 1, base + count):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+
+
 @contextlib.contextmanager
 def voicewire_serve(
     *args: str, log: Path, port: int | None = None, env: dict[str, str] | None = None

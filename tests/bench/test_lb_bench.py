@@ -5,37 +5,20 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.serve import free_port
+from tests.serve import free_port, free_ports
+from voicewire.engine.runtime.stream import SAMPLE_RATE, SAMPLES_PER_FRAME
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAMES = 12
-FRAME_S = 0.08
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _ports() -> tuple[int, int, int]:
-    """A base port whose next one is free too, the balancer's port and HAProxy's statistics port."""
-    while True:
-        base, lb, stats = free_port(), free_port(), free_port()
-        if len({base, base + 1, lb, stats}) == 4 and _bindable(base + 1):
-            return base, lb, stats
+FRAME_S = SAMPLES_PER_FRAME / SAMPLE_RATE  # 80 ms of audio a frame of codes
 
 
 def test_lb_bench_balances_two_servers_and_runs_each_alone(tmp_path: Path) -> None:
-    base, lb, stats = _ports()
+    base, lb, stats = free_ports(2), free_port(), free_port()
     out = tmp_path / "out"
     # The haproxy on PATH (Debian puts it in /usr/sbin, which a user's PATH may lack), not .debs.
     env = {**os.environ, "PATH": f"{os.environ.get('PATH', '')}:/usr/sbin"}

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.serve import free_port
+from tests.serve import free_ports
 from voicewire.server import gpu_cpus
 from voicewire.server.gpu_cpus import Topology, format_cpu_list, parse_cpu_list, plan
 
@@ -135,9 +135,7 @@ def _server_pid(group: int, port: int) -> int:
 
 
 def test_serve_gpus_pins_each_server_to_its_plan_and_stops_all_when_one_exits(tmp_path: Path) -> None:
-    base = free_port()
-    while _listening(base + 1):
-        base = free_port()
+    base = free_ports(2)
     script = Path(__file__).resolve().parents[2] / "scripts" / "serve_gpus.sh"
     env = {**os.environ, "PIN_CPUS": "1", "PYTHON": sys.executable, "LOG_DIR": str(tmp_path)}
     with (tmp_path / "launcher.log").open("w") as log:  # the child keeps its own copy
