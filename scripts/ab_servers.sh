@@ -27,6 +27,34 @@
 set -euo pipefail
 out=${1:?output folder}
 shift
+# Every build checked before any server starts: a fresh GPU machine spends minutes on the first
+# server, and a tree that cannot serve (a copy without web/, a profile's typo) failed only once
+# its engine was up (session 66). Tags name the output files, so each is used once.
+tags=" "
+for spec in "$@"; do
+  tag=${spec%%=*}
+  place=${spec#*=}
+  profile=
+  [[ $place == *:* ]] && profile=${place#*:} && place=${place%%:*}
+  if [[ $spec != *=* || -z $tag || $tags == *" $tag "* ]]; then
+    echo "ab_servers: '$spec' is not TAG=TREE[:PROFILE] with a tag of its own" >&2
+    exit 2
+  fi
+  tags+="$tag "
+  for need in engine server client bench integrations web scripts/bench_gpu.sh; do
+    if [ ! -e "$place/$need" ]; then
+      echo "ab_servers: $tag's tree '$place' has no $need (a checkout or \`git worktree\` of a build)" >&2
+      exit 2
+    fi
+  done
+  # A relative profile is read from the tree, as the server runs there.
+  file=$profile
+  [[ -n $profile && $profile != /* ]] && file=$place/$profile
+  if [ -n "$profile" ] && [ ! -f "$file" ]; then
+    echo "ab_servers: $tag's profile '$profile' is not a file (from '$place')" >&2
+    exit 2
+  fi
+done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 root=$PWD
