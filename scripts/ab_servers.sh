@@ -30,12 +30,18 @@ shift
 # Every build checked before any server starts: a fresh GPU machine spends minutes on the first
 # server, and a tree that cannot serve (a copy without web/, a profile's typo) failed only once
 # its engine was up (session 66). Tags name the output files, so each is used once.
+parse() {  # parse SPEC: sets tag, place (the tree) and profile from TAG=TREE[:PROFILE]
+  tag=${1%%=*}
+  place=${1#*=}
+  profile=
+  if [[ $place == *:* ]]; then
+    profile=${place#*:}
+    place=${place%%:*}
+  fi
+}
 tags=" "
 for spec in "$@"; do
-  tag=${spec%%=*}
-  place=${spec#*=}
-  profile=
-  [[ $place == *:* ]] && profile=${place#*:} && place=${place%%:*}
+  parse "$spec"
   if [[ $spec != *=* || -z $tag || $tags == *" $tag "* ]]; then
     echo "ab_servers: '$spec' is not TAG=TREE[:PROFILE] with a tag of its own" >&2
     exit 2
@@ -68,10 +74,7 @@ if [ -n "$cache" ] && { [ -f "$cache" ] || compgen -G "$cache.part-*" >/dev/null
 fi
 base_path=${PYTHONPATH:-}
 for spec in "$@"; do
-  tag=${spec%%=*}
-  place=${spec#*=}
-  profile=
-  [[ $place == *:* ]] && profile=${place#*:} && place=${place%%:*}
+  parse "$spec"
   tree=$(cd "$place" && pwd)
   links=$(mktemp -d)
   mkdir -p "$links/voicewire"
