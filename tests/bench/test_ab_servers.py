@@ -22,9 +22,9 @@ def _ab(tmp_path: Path, *specs: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def _tree_without(tmp_path: Path, missing: str) -> Path:
-    """A build's folders (linked, not copied) without `missing`: what session 66 handed a copy
-    that lacked web/."""
+def _tree_without(tmp_path: Path, missing: str | None = None) -> Path:
+    """A build's folders (linked, not copied), without `missing` if given: what session 66 handed a
+    copy that lacked web/."""
     tree = tmp_path / "tree"
     (tree / "scripts").mkdir(parents=True)
     for name in ("engine", "server", "client", "bench", "integrations", "web"):
@@ -66,7 +66,7 @@ def test_specs_and_profiles_are_checked(tmp_path: Path, specs: list[str], messag
 
 def test_a_relative_profile_is_read_from_its_tree(tmp_path: Path) -> None:
     # configs/cpu.yaml exists here but not in the tree, where the server would read it.
-    tree = _tree_without(tmp_path, "nothing")
+    tree = _tree_without(tmp_path)
     done = _ab(tmp_path, f"copy={tree}:configs/cpu.yaml")
     assert (done.returncode, done.stderr) == (
         2,
