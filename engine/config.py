@@ -117,7 +117,12 @@ class UrgentChunks:
     instead of the urgent ones' passes first and then the others': a round of both then costs one
     pass per frame count, not up to two (at 256 busy streams a pass held 22.5 rows p50, and the
     decoder took 38.5 us a frame against 16.3 in a 256 x 8 pass; session 59). Urgent chunks of
-    one frame still come out in the first pass; those of 8 wait for the others' rows in theirs."""
+    one frame still come out in the first pass; those of 8 wait for the others' rows in theirs.
+    With `busy_streams`, while the decoder holds more streams than that, a round takes at most
+    `busy_bulk_rows` of the others instead of `bulk_rows`: a burst of new streams (512 sessions
+    opened at once) then gets short rounds, and a steady load the long ones that decode more rows a
+    pass (session 66: `bulk_rows` 32 cut the sessions gapped at 512 x 5 from 603-872 to 26-188, and
+    raised them at 256 x 10 from 1-7 to 21-95)."""
 
     in_hand_s: float = 0.0
     bulk_rows: int = 0  # 0: a round takes every due chunk
@@ -125,11 +130,23 @@ class UrgentChunks:
     join_waiting: bool = False
     join_for_s: float = 0.1  # with join_waiting: how long into a round its passes take joiners
     shared_passes: bool = False  # on trial: urgent and other chunks in one round's same passes
+    busy_streams: int = 0  # 0: bulk_rows at any load
+    busy_bulk_rows: int = 0  # with busy_streams: the cap on the others while more streams are open
 
     def __post_init__(self) -> None:
-        if self.in_hand_s < 0 or self.bulk_rows < 0 or self.urgent_rows < 0 or self.join_for_s < 0:
+        if (
+            min(self.in_hand_s, self.bulk_rows, self.urgent_rows, self.join_for_s) < 0
+            or min(self.busy_streams, self.busy_bulk_rows) < 0
+        ):
             raise InvalidOptions(
-                f"urgent_chunks needs in_hand_s, bulk_rows, urgent_rows and join_for_s >= 0, got {self}"
+                "urgent_chunks needs in_hand_s, bulk_rows, urgent_rows, join_for_s, busy_streams and "
+                f"busy_bulk_rows >= 0, got {self}"
+            )
+        if (self.busy_streams > 0) != (self.busy_bulk_rows > 0):
+            # busy_bulk_rows 0 under load would mean every due chunk, the opposite of a busy cap.
+            raise InvalidOptions(
+                "urgent_chunks.busy_streams and busy_bulk_rows go together (both 0: off), got "
+                f"{self.busy_streams} and {self.busy_bulk_rows}"
             )
         for name in ("join_waiting", "shared_passes"):
             if not isinstance(getattr(self, name), bool):

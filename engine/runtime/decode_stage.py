@@ -292,8 +292,11 @@ class DecoderStage:
         if 0 < self.urgent.urgent_rows < len(urgent):  # the rest stay due, for the rounds after
             urgent = sorted(urgent, key=lambda item: item[0])[: self.urgent.urgent_rows]
             bulk = []
-        if 0 < self.urgent.bulk_rows < len(bulk):
-            bulk = sorted(bulk, key=lambda item: item[:2])[: self.urgent.bulk_rows]
+        bulk_rows = self.urgent.bulk_rows
+        if 0 < self.urgent.busy_streams < len(self._streams):
+            bulk_rows = self.urgent.busy_bulk_rows
+        if 0 < bulk_rows < len(bulk):
+            bulk = sorted(bulk, key=lambda item: item[:2])[:bulk_rows]
         # A marked stream too: its mark is delivered after the round, so its drop waits for that.
         self._in_round = {item[-2].stream.id for item in (*urgent, *bulk)} | {d.stream.id for d in marked}
         self._joined, self._round_started = 0, now

@@ -149,6 +149,8 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
         "join_waiting": False,
         "join_for_s": 0.1,
         "shared_passes": False,
+        "busy_streams": 0,
+        "busy_bulk_rows": 0,
     }
     assert report["arms"][2]["settings"]["prefill_wait"] == {"max_s": 0.01, "prompts": 2}
     for arm in report["arms"]:
@@ -164,7 +166,8 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
         ("max_streams=8", "SECTION.FIELD=VALUE"),
         ("urgent_chunks.in_hand=1", "has no field 'in_hand'"),
         ("urgent_chunks.in_hand_s=soon", "takes a number"),
-        ("urgent_chunks.in_hand_s=-1", "in_hand_s, bulk_rows, urgent_rows and join_for_s >= 0"),
+        ("urgent_chunks.in_hand_s=-1", "in_hand_s, bulk_rows, urgent_rows, join_for_s, busy_streams and"),
+        ("urgent_chunks.busy_streams=320", "busy_streams and busy_bulk_rows go together"),
         ("prefill_wait.prompts=0", "prompts >= 1"),
         ("chunks.frames=3/two", "takes a number"),
         ("urgent_chunks.bulk_rows=1.5", "takes a number"),

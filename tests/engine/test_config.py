@@ -81,14 +81,25 @@ def test_bad_settings_are_named(tmp_path: Path) -> None:
 def test_urgent_chunks_are_off_unless_set() -> None:
     assert EngineConfig().urgent_chunks == UrgentChunks(in_hand_s=0.0)
     assert EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 0.5}}).urgent_chunks == UrgentChunks(0.5)
-    for setting in ("in_hand_s", "bulk_rows", "urgent_rows", "join_for_s"):
+    for setting in ("in_hand_s", "bulk_rows", "urgent_rows", "join_for_s", "busy_streams", "busy_bulk_rows"):
         with pytest.raises(
-            InvalidOptions, match="urgent_chunks needs in_hand_s, bulk_rows, urgent_rows and join_for_s >= 0"
+            InvalidOptions,
+            match="urgent_chunks needs in_hand_s, bulk_rows, urgent_rows, join_for_s, busy_streams and busy_bulk_rows >= 0",
         ):
             EngineConfig.from_dict({"urgent_chunks": {setting: -1}})
+    busy = EngineConfig.from_dict(
+        {"urgent_chunks": {"bulk_rows": 128, "busy_streams": 320, "busy_bulk_rows": 32}}
+    )
+    assert busy.urgent_chunks == UrgentChunks(bulk_rows=128, busy_streams=320, busy_bulk_rows=32)
+    for alone in ({"busy_streams": 320}, {"busy_bulk_rows": 32}):
+        with pytest.raises(
+            InvalidOptions,
+            match=r"urgent_chunks.busy_streams and busy_bulk_rows go together \(both 0: off\)",
+        ):
+            EngineConfig.from_dict({"urgent_chunks": alone})
     with pytest.raises(
         InvalidOptions,
-        match="unknown urgent_chunks settings: in_hand; allowed: bulk_rows, in_hand_s, join_for_s, join_waiting, shared_passes, urgent_rows",
+        match="unknown urgent_chunks settings: in_hand; allowed: bulk_rows, busy_bulk_rows, busy_streams, in_hand_s, join_for_s, join_waiting, shared_passes, urgent_rows",
     ):
         EngineConfig.from_dict({"urgent_chunks": {"in_hand": 0.5}})
     joining = EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 1.0, "join_waiting": True}})

@@ -225,6 +225,32 @@ def test_bulk_rows_leave_the_chunks_with_most_in_hand_for_the_next_round(
     assert [after - was for after, was in zip(rounds(), before, strict=True)] == [2, 4, 2, 0]
 
 
+@pytest.mark.parametrize("busy", [False, True])
+def test_busy_bulk_rows_cap_a_round_only_while_more_streams_are_open(
+    tiny_models, monkeypatch: pytest.MonkeyPatch, busy: bool
+) -> None:
+    """Two bulk rows a round, one while more than two streams are open. With a and b open, both
+    ride one round (a first, as they came); with a third open (c, no frames yet), b (0.24 s in
+    hand) goes in a round before a's (0.32 s)."""
+    stage, a, b, stream, feed = _listeners_in_hand(tiny_models["custom_voice"], monkeypatch)
+    stage.urgent = UrgentChunks(0.2, bulk_rows=2, busy_streams=2, busy_bulk_rows=1)
+    names = {stage._streams[s.id].row: name for name, s in zip("ab", (a, b), strict=True)}
+    calls: list[list[str]] = []
+    decode = stage.batch.decode
+
+    def decoding(rows, frames, launched=None):
+        calls.append([names[r] for r in rows])
+        return decode(rows, frames, launched)
+
+    stage.batch.decode = decoding
+    if busy:
+        stage.open(stream(3), None)
+    feed([a, b])
+    stage.process()
+    assert calls == ([["b"], ["a"]] if busy else [["a", "b"]])
+    assert [s.delivered_samples // SAMPLES_PER_FRAME for s in (a, b)] == [5, 4]
+
+
 def test_urgent_rows_take_the_listeners_with_least_in_hand_first(
     tiny_models, monkeypatch: pytest.MonkeyPatch
 ) -> None:
