@@ -33,6 +33,10 @@ def test_profiles_cover_cpu_and_gpu() -> None:
     cpu, gpu = EngineConfig.from_yaml(CONFIGS / "cpu.yaml"), EngineConfig.from_yaml(CONFIGS / "gpu.yaml")
     assert (cpu.device, cpu.model, cpu.dtype) == ("cpu", "tiny", "float32")
     assert gpu.device == "cuda" and gpu.dtype == "bfloat16" and gpu.max_streams >= 256
+    # The burst cap binds above the 256 streams of a steady full load, never at it (docs/benchmarks.md).
+    urgent = gpu.urgent_chunks
+    assert (urgent.bulk_rows, urgent.busy_streams, urgent.busy_bulk_rows) == (128, 320, 32)
+    assert 256 < urgent.busy_streams < gpu.max_streams
 
 
 def test_gpu_profile_divides_the_cpus_among_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
