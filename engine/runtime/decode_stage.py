@@ -289,7 +289,7 @@ class DecoderStage:
                     urgent.append((in_hand, decoding, n))
             elif decoding.queue and isinstance(decoding.queue[0], _Mark):
                 marked.append(decoding)
-        ends = []
+        ends: list[tuple[bool, float, _Decoding, int]] = []
         if self.urgent.ends_uncapped:  # ended streams' chunks (first field False) ride beyond the caps
             ends = [item for item in bulk if not item[0]]
             bulk = [item for item in bulk if item[0]]
