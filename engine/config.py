@@ -122,11 +122,10 @@ class UrgentChunks:
     `busy_bulk_rows` of the others instead of `bulk_rows`: a burst of new streams (512 sessions
     opened at once) then gets short rounds, and a steady load the long ones that decode more rows a
     pass (session 66: `bulk_rows` 32 cut the sessions gapped at 512 x 5 from 603-872 to 26-188, and
-    raised them at 256 x 10 from 1-7 to 21-95). With `ends_uncapped`, the chunks of streams whose
-    talker has ended ride every round beyond `bulk_rows`, `busy_bulk_rows` and `urgent_rows`
-    (those short of audio among them stay urgent chunks): under the busy cap at 512 x 5 a
-    stream's final chunk came 1.01-1.07 s after its last frame on average, against 0.25-0.27
-    without it (session 67), and the closed loop's next session waited for that."""
+    raised them at 256 x 10 from 1-7 to 21-95). Under that cap the sessions end later (a final
+    chunk 1.0-1.2 s after the stream's last frame on average, against 0.2-0.25 without); letting
+    ended streams' chunks ride beyond the caps brought that to 0.4 s but gapped 687-867 sessions
+    at 512 x 5 against 93-319 (session 68), so they stay first among the others, under the cap."""
 
     in_hand_s: float = 0.0
     bulk_rows: int = 0  # 0: a round takes every due chunk
@@ -136,12 +135,18 @@ class UrgentChunks:
     shared_passes: bool = False  # on trial: urgent and other chunks in one round's same passes
     busy_streams: int = 0  # 0: bulk_rows at any load
     busy_bulk_rows: int = 0  # with busy_streams: the cap on the others while more streams are open
-    ends_uncapped: bool = False  # on trial: ended streams' chunks ride every round beyond the caps
 
     def __post_init__(self) -> None:
         if (
-            min(self.in_hand_s, self.bulk_rows, self.urgent_rows, self.join_for_s) < 0
-            or min(self.busy_streams, self.busy_bulk_rows) < 0
+            min(
+                self.in_hand_s,
+                self.bulk_rows,
+                self.urgent_rows,
+                self.join_for_s,
+                self.busy_streams,
+                self.busy_bulk_rows,
+            )
+            < 0
         ):
             raise InvalidOptions(
                 "urgent_chunks needs in_hand_s, bulk_rows, urgent_rows, join_for_s, busy_streams and "
@@ -153,7 +158,7 @@ class UrgentChunks:
                 "urgent_chunks.busy_streams and busy_bulk_rows go together (both 0: off), got "
                 f"{self.busy_streams} and {self.busy_bulk_rows}"
             )
-        for name in ("join_waiting", "shared_passes", "ends_uncapped"):
+        for name in ("join_waiting", "shared_passes"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidOptions(f"urgent_chunks.{name} is true or false, got {getattr(self, name)!r}")
 

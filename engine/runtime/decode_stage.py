@@ -289,10 +289,6 @@ class DecoderStage:
                     urgent.append((in_hand, decoding, n))
             elif decoding.queue and isinstance(decoding.queue[0], _Mark):
                 marked.append(decoding)
-        ends: list[tuple[bool, float, _Decoding, int]] = []
-        if self.urgent.ends_uncapped:  # ended streams' chunks (first field False) ride beyond the caps
-            ends = [item for item in bulk if not item[0]]
-            bulk = [item for item in bulk if item[0]]
         if 0 < self.urgent.urgent_rows < len(urgent):  # the rest stay due, for the rounds after
             urgent = sorted(urgent, key=lambda item: item[0])[: self.urgent.urgent_rows]
             bulk = []
@@ -301,7 +297,6 @@ class DecoderStage:
             bulk_rows = self.urgent.busy_bulk_rows
         if 0 < bulk_rows < len(bulk):
             bulk = sorted(bulk, key=lambda item: item[:2])[:bulk_rows]
-        bulk = ends + bulk
         # A marked stream too: its mark is delivered after the round, so its drop waits for that.
         self._in_round = {item[-2].stream.id for item in (*urgent, *bulk)} | {d.stream.id for d in marked}
         self._joined, self._round_started = 0, now

@@ -151,7 +151,6 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
         "shared_passes": False,
         "busy_streams": 0,
         "busy_bulk_rows": 0,
-        "ends_uncapped": False,
     }
     assert report["arms"][2]["settings"]["prefill_wait"] == {"max_s": 0.01, "prompts": 2}
     for arm in report["arms"]:

@@ -103,14 +103,14 @@ def test_urgent_chunks_are_off_unless_set() -> None:
             EngineConfig.from_dict({"urgent_chunks": alone})
     with pytest.raises(
         InvalidOptions,
-        match="unknown urgent_chunks settings: in_hand; allowed: bulk_rows, busy_bulk_rows, busy_streams, ends_uncapped, in_hand_s, join_for_s, join_waiting, shared_passes, urgent_rows",
+        match="unknown urgent_chunks settings: in_hand; allowed: bulk_rows, busy_bulk_rows, busy_streams, in_hand_s, join_for_s, join_waiting, shared_passes, urgent_rows",
     ):
         EngineConfig.from_dict({"urgent_chunks": {"in_hand": 0.5}})
     joining = EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 1.0, "join_waiting": True}})
     assert joining.urgent_chunks == UrgentChunks(1.0, join_waiting=True, join_for_s=0.1)
     briefly = EngineConfig.from_dict({"urgent_chunks": {"join_waiting": True, "join_for_s": 0.02}})
     assert briefly.urgent_chunks.join_for_s == 0.02
-    for name in ("join_waiting", "shared_passes", "ends_uncapped"):
+    for name in ("join_waiting", "shared_passes"):
         with pytest.raises(InvalidOptions, match=f"{name} is true or false, got 'yes'"):
             EngineConfig.from_dict({"urgent_chunks": {name: "yes"}})
     shared = EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 1.0, "shared_passes": True}})

@@ -301,31 +301,6 @@ def test_among_listeners_with_audio_in_hand_an_ended_stream_goes_first(
     assert final == ended and (a.result is not None) == ended
 
 
-@pytest.mark.parametrize("uncapped", [False, True])
-def test_ended_streams_chunks_ride_beyond_the_caps_with_ends_uncapped(
-    tiny_models, monkeypatch: pytest.MonkeyPatch, uncapped: bool
-) -> None:
-    """One urgent row and one bulk row a round, `in_hand_s` 0.3: b (0.24 s in hand) and c (new,
-    nothing) are urgent, a (0.32 s) is not, and its talker has ended. The first round takes c
-    alone: two urgent chunks bind the cap, and the others wait. With `ends_uncapped`, a rides in
-    it all the same, and b goes next; without, b's round takes a after it."""
-    stage, a, b, stream, feed = _listeners_in_hand(tiny_models["custom_voice"], monkeypatch)
-    stage.urgent = UrgentChunks(0.3, bulk_rows=1, urgent_rows=1, ends_uncapped=uncapped)
-    c = stream(3)
-    calls: list[list[str]] = []
-    decode = stage.batch.decode
-    names = {stage._streams[s.id].row: name for name, s in zip("ab", (a, b), strict=True)}
-    stage.batch.decode = lambda rows, frames, launched=None: (
-        calls.append([names.get(r, "c") for r in rows]) or decode(rows, frames, launched)
-    )
-    stage.open(c, None)
-    feed([a, b, c])
-    stage.close(a, "end", 5, 5)
-    stage.process()
-    assert calls == ([["c"], ["a"], ["b"]] if uncapped else [["c"], ["b"], ["a"]])
-    assert a.result is not None and [s.delivered_samples // SAMPLES_PER_FRAME for s in (a, b, c)] == [5, 4, 1]
-
-
 def test_a_chunk_s_pieces_join_into_an_array_of_their_own() -> None:
     """Rows of a decoder pass's output (views of one host buffer) become one float32 array that owns
     its memory: writing it or reusing the buffer changes neither."""
