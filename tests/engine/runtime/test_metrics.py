@@ -74,6 +74,18 @@ def test_an_engines_own_histograms_read_as_a_scrape_reads_them() -> None:
     assert report["decode_2_frames_ms"] == {"count": 0, "total": 0.0, "p50": None, "p95": None}
 
 
+def test_final_chunks_later_than_two_seconds_read_as_measured_not_clamped() -> None:
+    """Under a burst, final chunks came over 2 s after a stream's last frame (session 68): 18 of
+    20 at 2.5 s and 2 at 4 s read p50 2.5 s up to 3 s's bound, p95 in the (3, 5] bucket, not 2 s."""
+    metrics = EngineMetrics()
+    before = metrics.histograms()
+    for seconds in (2.5,) * 18 + (4.0,) * 2:
+        metrics.final_chunk.observe(seconds)
+    report = histogram_report(before, metrics.histograms())["final_chunk_ms"]
+    # Rank 10 of 18 in (2, 3]: 2 + 1 x 10/18; rank 19 is the first of 2 in (3, 5]: 3 + 2 x 1/2.
+    assert report == {"count": 20, "total": 53000.0, "p50": 2555.56, "p95": 4000.0}
+
+
 def test_the_decoder_pass_series_are_the_graphed_frame_counts() -> None:
     assert PASS_FRAMES == tuple(sorted(GRAPH_FRAMES))
 
