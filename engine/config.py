@@ -123,7 +123,7 @@ class UrgentChunks:
     opened at once) then gets short rounds, and a steady load the long ones that decode more rows a
     pass (session 66: `bulk_rows` 32 cut the sessions gapped at 512 x 5 from 603-872 to 26-188, and
     raised them at 256 x 10 from 1-7 to 21-95). Under that cap the sessions end later (a final
-    chunk 1.0-1.2 s after the stream's last frame on average, against 0.2-0.25 without); letting
+    chunk 1.0-1.2 s after the stream's last frame on average, against 0.2-0.3 without); letting
     ended streams' chunks ride beyond the caps brought that to 0.4 s but gapped 687-867 sessions
     at 512 x 5 against 93-319 (session 68), so they stay first among the others, under the cap."""
 
@@ -137,17 +137,8 @@ class UrgentChunks:
     busy_bulk_rows: int = 0  # with busy_streams: the cap on the others while more streams are open
 
     def __post_init__(self) -> None:
-        if (
-            min(
-                self.in_hand_s,
-                self.bulk_rows,
-                self.urgent_rows,
-                self.join_for_s,
-                self.busy_streams,
-                self.busy_bulk_rows,
-            )
-            < 0
-        ):
+        counts = (self.bulk_rows, self.urgent_rows, self.busy_streams, self.busy_bulk_rows)
+        if min(self.in_hand_s, self.join_for_s, *counts) < 0:
             raise InvalidOptions(
                 "urgent_chunks needs in_hand_s, bulk_rows, urgent_rows, join_for_s, busy_streams and "
                 f"busy_bulk_rows >= 0, got {self}"
