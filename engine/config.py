@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass, field, fields
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import TypeAdapter, ValidationError
 
 from voicewire.engine.errors import InvalidOptions
 from voicewire.engine.runtime.segments import Segment, SegmentPolicy
@@ -149,9 +152,6 @@ class UrgentChunks:
                 "urgent_chunks.busy_streams and busy_bulk_rows go together (both 0: off), got "
                 f"{self.busy_streams} and {self.busy_bulk_rows}"
             )
-        for name in ("join_waiting", "shared_passes"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidOptions(f"urgent_chunks.{name} is true or false, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -323,7 +323,7 @@ class EngineConfig:
             raise InvalidOptions(
                 f"unknown engine settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
             )
-        values = dict(data)
+        values = typed_settings(cls, data, "engine setting ")
         for name, section in _SECTIONS.items():
             if name in values:
                 values[name] = _section(section, name, values[name])
@@ -362,6 +362,30 @@ def _section(cls: type, name: str, data: Any) -> Any:
         raise InvalidOptions(
             f"unknown {name} settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
         )
-    if cls is ChunkSchedule and "frames" in data:
+    if cls is ChunkSchedule and isinstance(data.get("frames"), list):
         data = {**data, "frames": tuple(data["frames"])}  # a YAML list; the schedule is frozen
-    return cls(**data)
+    return cls(**typed_settings(cls, data, f"engine setting {name}."))
+
+
+def typed_settings(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
+    """`data`, settings of the dataclass `cls`, each checked against its field's type, strictly:
+    no "8" or 8.0 for a whole number, no true for a number (a whole number for a float becomes that
+    float). A profile's slip is then one clear line at load naming the setting (`where` + its name),
+    not a TypeError deep in the engine or a server with 8.0 stream slots. Fields that are dataclasses
+    (sections) are their own reader's. The server's settings are read with it too."""
+    hints = typing.get_type_hints(cls)
+    checked = dict(data)
+    for name, value in data.items():
+        if name not in hints or is_dataclass(hints[name]):
+            continue
+        try:
+            checked[name] = _adapter(hints[name]).validate_python(value, strict=True)
+        except ValidationError as exc:
+            wanted = exc.errors()[0]["msg"].removeprefix("Input ")
+            raise InvalidOptions(f"{where}{name} {wanted}, got {value!r}") from None
+    return checked
+
+
+@functools.cache
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(kind)

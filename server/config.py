@@ -44,17 +44,19 @@ class VoiceLimits:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ValueError(f"server setting voices.{f.name} must be a number > 0, got {value!r}")
+            if getattr(self, f.name) <= 0:
+                raise ValueError(f"server setting voices.{f.name} must be > 0, got {getattr(self, f.name)!r}")
         if self.min_seconds > self.max_seconds:
             raise ValueError("server setting voices.min_seconds is over voices.max_seconds")
 
     @classmethod
     def from_dict(cls, data: Any) -> VoiceLimits:
-        # Not engine.config's section reader: importing the engine package here (the CLI imports
-        # this module first) would import prometheus-client before `serve` names its multiprocess
-        # folder, and a one-process server's own metrics would leave /metrics (server.metrics_dir).
+        # Not engine.config's section reader, and its typed_settings imported when called, not with
+        # this module: importing the engine package here (the CLI imports this module first) would
+        # import prometheus-client before `serve` names its multiprocess folder, and a one-process
+        # server's own metrics would leave /metrics (server.metrics_dir).
+        from voicewire.engine.config import typed_settings
+
         if not isinstance(data, dict):
             raise ValueError("server setting voices must be a mapping")
         known = {f.name for f in fields(cls)}
@@ -63,7 +65,7 @@ class VoiceLimits:
             raise ValueError(
                 f"unknown server.voices settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
             )
-        return cls(**data)
+        return cls(**typed_settings(cls, data, "server setting voices."))
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,9 @@ class ServerConfig:
             data["voices"] = VoiceLimits.from_dict(data["voices"] or {})
         if data.get("data_dir") is not None:
             data["data_dir"] = str(data["data_dir"])
-        return cls(**data)
+        from voicewire.engine.config import typed_settings  # when called: see VoiceLimits.from_dict
+
+        return cls(**typed_settings(cls, data, "server setting "))
 
 
 # The most a client frame may be before the WebSocket layer stops reading it and closes the socket

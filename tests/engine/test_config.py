@@ -111,10 +111,44 @@ def test_urgent_chunks_are_off_unless_set() -> None:
     briefly = EngineConfig.from_dict({"urgent_chunks": {"join_waiting": True, "join_for_s": 0.02}})
     assert briefly.urgent_chunks.join_for_s == 0.02
     for name in ("join_waiting", "shared_passes"):
-        with pytest.raises(InvalidOptions, match=f"{name} is true or false, got 'yes'"):
+        with pytest.raises(
+            InvalidOptions, match=f"urgent_chunks.{name} should be a valid boolean, got 'yes'"
+        ):
             EngineConfig.from_dict({"urgent_chunks": {name: "yes"}})
     shared = EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 1.0, "shared_passes": True}})
     assert shared.urgent_chunks == UrgentChunks(1.0, shared_passes=True)
+
+
+def test_settings_of_the_wrong_type_are_named_at_load() -> None:
+    """Strict types, in the profile's top level and in its sections: a quoted number, a float for a
+    count, true for a number or null for a required setting is an error naming the setting, not a
+    TypeError in a check (`"x" < 0`) nor 1000.0 KV positions."""
+    refused = [
+        ({"max_streams": "512"}, "engine setting max_streams should be a valid integer, got '512'"),
+        ({"kv_length": 768.0}, "engine setting kv_length should be a valid integer, got 768.0"),
+        ({"max_streams": True}, "engine setting max_streams should be a valid integer, got True"),
+        ({"cuda_graphs": "no"}, "engine setting cuda_graphs should be a valid boolean, got 'no'"),
+        ({"device": None}, "engine setting device should be a valid string, got None"),
+        (
+            {"urgent_chunks": {"bulk_rows": "x"}},
+            "engine setting urgent_chunks.bulk_rows should be a valid integer",
+        ),
+        ({"prefill_wait": {"max_s": "20ms"}}, "engine setting prefill_wait.max_s should be a valid number"),
+        (
+            {"chunks": {"frames": [1, "2"]}},
+            r"engine setting chunks.frames should be a valid integer, got \(1, '2'\)",
+        ),
+        ({"vllm": {"kv_cache_gib": "8"}}, "engine setting vllm.kv_cache_gib should be a valid number"),
+    ]
+    for data, message in refused:
+        with pytest.raises(InvalidOptions, match=message):
+            EngineConfig.from_dict(data)
+    # A whole number where a float is due is that float; null where None is allowed is None.
+    typed = EngineConfig.from_dict(
+        {"max_buffered_seconds": 30, "segments": {"max_tokens": None}, "vllm": {"kv_cache_gib": 8}}
+    )
+    assert typed.max_buffered_seconds == 30.0 and isinstance(typed.max_buffered_seconds, float)
+    assert typed.segments.max_tokens is None and typed.vllm.kv_cache_gib == 8.0
 
 
 def test_from_config_takes_a_config_with_overrides() -> None:

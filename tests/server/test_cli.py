@@ -219,3 +219,26 @@ def test_make_serves_auto_profile_is_the_cpu_one_here(caplog: pytest.LogCaptureF
         assert main(["serve", "--config", "auto", "--port", str(holder.getsockname()[1])]) == 2
     assert "no CUDA GPU: serving the built-in tiny checkpoint (configs/cpu.yaml)" in caplog.text
     assert "Address already in use" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("profile", "message"),
+    [
+        (
+            'engine:\n  model: tiny\nserver:\n  workers: "2"\n',
+            "server setting workers should be a valid integer, got '2'",
+        ),
+        (
+            "engine:\n  model: tiny\n  urgent_chunks:\n    bulk_rows: x\n",
+            "engine setting urgent_chunks.bulk_rows should be a valid integer, got 'x'",
+        ),
+    ],
+)
+def test_serve_with_a_setting_of_the_wrong_type_names_it_and_exits_2(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path, profile: str, message: str
+) -> None:
+    """Before, each made a traceback: a worker count of "2" in `range()`, and "x" < 0 in a check."""
+    path = tmp_path / "profile.yaml"
+    path.write_text(profile)
+    assert main(["serve", "--config", str(path), "--port", _free_port()]) == 2
+    assert f"voicewire serve: {message}" in caplog.text

@@ -43,8 +43,12 @@ def test_voice_limits_from_the_profile(tmp_path: Path) -> None:
     assert ServerConfig.from_yaml(_profile(tmp_path, {"voices": None})).voices == VoiceLimits()
     refused = [
         ({"voices": {"max_voices": 3}}, "unknown server.voices settings: max_voices"),
-        ({"voices": {"max_seconds": 0}}, "voices.max_seconds must be a number > 0"),
-        ({"voices": {"max_upload_bytes": "big"}}, "voices.max_upload_bytes must be a number > 0"),
+        ({"voices": {"max_seconds": 0}}, "voices.max_seconds must be > 0, got 0.0"),
+        (
+            {"voices": {"max_upload_bytes": "big"}},
+            "voices.max_upload_bytes should be a valid integer, got 'big'",
+        ),
+        ({"voices": {"min_seconds": True}}, "voices.min_seconds should be a valid number, got True"),
         ({"voices": {"min_seconds": 5, "max_seconds": 2}}, "min_seconds is over voices.max_seconds"),
         ({"voices": [1]}, "voices must be a mapping"),
         ({"voice_dir": "x"}, "unknown server settings: voice_dir"),
@@ -52,6 +56,28 @@ def test_voice_limits_from_the_profile(tmp_path: Path) -> None:
     for server, message in refused:
         with pytest.raises(ValueError, match=message):
             ServerConfig.from_yaml(_profile(tmp_path, server))
+
+
+def test_settings_of_the_wrong_type_are_named_at_load(tmp_path: Path) -> None:
+    """A profile's "2" for 2, 8000.5 for a port or null for a count is one line naming the setting
+    (the CLI prints it and exits 2), not a TypeError in a worker's start or a fractional port."""
+    refused = [
+        ({"workers": "2"}, "server setting workers should be a valid integer, got '2'"),
+        ({"port": 8000.5}, "server setting port should be a valid integer, got 8000.5"),
+        ({"max_sessions": True}, "server setting max_sessions should be a valid integer, got True"),
+        ({"slot_queue": None}, "server setting slot_queue should be a valid integer, got None"),
+        ({"slot_wait_s": "2s"}, "server setting slot_wait_s should be a valid number, got '2s'"),
+        ({"host": 127}, "server setting host should be a valid string, got 127"),
+    ]
+    for server, message in refused:
+        with pytest.raises(ValueError, match=message):
+            ServerConfig.from_yaml(_profile(tmp_path, server))
+    # A whole number where a float is due is that float; null where None is allowed is None.
+    typed = ServerConfig.from_yaml(
+        _profile(tmp_path, {"slot_wait_s": 3, "codec_threads": None, "token_secret": None})
+    )
+    assert typed.slot_wait_s == 3.0 and isinstance(typed.slot_wait_s, float)
+    assert typed.codec_threads is None and typed.token_secret is None
 
 
 def test_the_codec_horizon_from_the_profile_zero_for_arrival_order(tmp_path: Path) -> None:
