@@ -317,13 +317,7 @@ class EngineConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise InvalidOptions(
-                f"unknown engine settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
-            )
-        values = typed_settings(cls, data, "engine setting ")
+        values = typed_settings(cls, data, "engine", "engine setting ")
         for name, section in _SECTIONS.items():
             if name in values:
                 values[name] = _section(section, name, values[name])
@@ -356,27 +350,28 @@ _SECTIONS: dict[str, type] = {
 def _section(cls: type, name: str, data: Any) -> Any:
     if not isinstance(data, dict):
         raise InvalidOptions(f"engine setting {name!r} must be a mapping")
+    if cls is ChunkSchedule and isinstance(data.get("frames"), list):
+        data = {**data, "frames": tuple(data["frames"])}  # a YAML list; the schedule is frozen
+    return cls(**typed_settings(cls, data, name, f"engine setting {name}."))
+
+
+def typed_settings(cls: type, data: dict[str, Any], known_as: str, where: str) -> dict[str, Any]:
+    """`data`, settings of the dataclass `cls` (`known_as` in the message for one it has no field
+    for), each checked against its field's type, strictly: no "8" or 8.0 for a whole number, no true
+    for a number (a whole number for a float becomes that float). A profile's slip is then one clear
+    line at load naming the setting (`where` + its name), not a TypeError deep in the engine or a
+    server with 8.0 stream slots. Fields that are dataclasses (sections) are their own reader's. The
+    server's settings are read with it too."""
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
         raise InvalidOptions(
-            f"unknown {name} settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
+            f"unknown {known_as} settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
         )
-    if cls is ChunkSchedule and isinstance(data.get("frames"), list):
-        data = {**data, "frames": tuple(data["frames"])}  # a YAML list; the schedule is frozen
-    return cls(**typed_settings(cls, data, f"engine setting {name}."))
-
-
-def typed_settings(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
-    """`data`, settings of the dataclass `cls`, each checked against its field's type, strictly:
-    no "8" or 8.0 for a whole number, no true for a number (a whole number for a float becomes that
-    float). A profile's slip is then one clear line at load naming the setting (`where` + its name),
-    not a TypeError deep in the engine or a server with 8.0 stream slots. Fields that are dataclasses
-    (sections) are their own reader's. The server's settings are read with it too."""
     hints = typing.get_type_hints(cls)
     checked = dict(data)
     for name, value in data.items():
-        if name not in hints or is_dataclass(hints[name]):
+        if is_dataclass(hints[name]):
             continue
         try:
             checked[name] = _adapter(hints[name]).validate_python(value, strict=True)

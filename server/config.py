@@ -51,21 +51,15 @@ class VoiceLimits:
 
     @classmethod
     def from_dict(cls, data: Any) -> VoiceLimits:
-        # Not engine.config's section reader, and its typed_settings imported when called, not with
-        # this module: importing the engine package here (the CLI imports this module first) would
-        # import prometheus-client before `serve` names its multiprocess folder, and a one-process
-        # server's own metrics would leave /metrics (server.metrics_dir).
+        # engine.config's typed_settings imported when called, not with this module: importing the
+        # engine package here (the CLI imports this module first) would import prometheus-client
+        # before `serve` names its multiprocess folder, and a one-process server's own metrics
+        # would leave /metrics (server.metrics_dir).
         from voicewire.engine.config import typed_settings
 
         if not isinstance(data, dict):
             raise ValueError("server setting voices must be a mapping")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown server.voices settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
-            )
-        return cls(**typed_settings(cls, data, "server setting voices."))
+        return cls(**typed_settings(cls, data, "server.voices", "server setting voices."))
 
 
 @dataclass(frozen=True)
@@ -162,12 +156,6 @@ class ServerConfig:
             data = dict(profile.get("server", {}) or {})
         data.update({name: os.environ[var] for name, var in ENV.items() if os.environ.get(var)})
         data.update({k: v for k, v in overrides.items() if v is not None})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown server settings: {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
-            )
         for name in ("api_keys", "allowed_origins"):
             if name in data:
                 if not isinstance(data[name], list | tuple) or not all(
@@ -181,7 +169,7 @@ class ServerConfig:
             data["data_dir"] = str(data["data_dir"])
         from voicewire.engine.config import typed_settings  # when called: see VoiceLimits.from_dict
 
-        return cls(**typed_settings(cls, data, "server setting "))
+        return cls(**typed_settings(cls, data, "server", "server setting "))
 
 
 # The most a client frame may be before the WebSocket layer stops reading it and closes the socket
