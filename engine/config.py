@@ -279,10 +279,6 @@ class EngineConfig:
     cuda_graphs: bool = True  # on CUDA, each batch bucket's frame step replays one captured graph
     fuse_kernels: bool = True  # on CUDA, torch.compile the layers' elementwise pieces (engine.pointwise)
     fused_draw: bool = True  # on CUDA, each token draw of a frame as one Triton kernel (engine.fused_draw)
-    # On CUDA with fuse_kernels, decode steps of more than 2 rows through the fused layer too: each
-    # projection a Triton GEMM with the residual sum and RMSNorm before it and SiLU * up after it
-    # in the same kernel (engine.fused_layer.gemm), five kernels a layer instead of eight.
-    fused_gemm: bool = True
     # On CUDA, the codec decoder's dense convs as Triton implicit GEMMs with their bias and residual
     # adds (engine.fused_conv), in place of cuDNN's convs and separate adds.
     fused_conv: bool = True

@@ -7,11 +7,6 @@ figure a CUDA graph of the work replayed (CUDA only; docs/log/2026-11.md, "The f
              dependent launch, engine.pdl) and unfused, and how far apart their outputs are
   attention  `attend` against q/k norm + RoPE + KV write + few-row attention, per call
   gemv       the GEMV's blocks swept per projection and row count, against cuBLAS
-  gemm       each 0.6B and 1.7B projection at 4 to 1,024 rows: the tiled GEMM with its norm and
-             SiLU inside against the compiled norm, cuBLAS's GEMM and the compiled SiLU * up
-  gemm-sweep gemm, and the best tile of a sweep for each (gemm-sweep-0.6b: the 0.6B's only)
-  stack-tiled a talker step and a code-predictor frame at 4 to 512 rows, with the tiled GEMMs
-             (`fused_gemm`) and without (cuBLAS's GEMMs and the compiled pieces)
   draw       engine/kernels/fused_draw.py's draw + embedding row against `sampling.sample` + an embedding
              lookup, per batch, for the code predictor's 15 draws of a frame (checkpoint sampling
              settings: top-k 50, temperature 0.9), and whether they drew the same ids
@@ -270,138 +265,6 @@ def bench_gemv() -> list[dict]:
             }
             print(json.dumps(row), flush=True)
             rows.append(row)
-    return rows
-
-
-# (weight rows, K, gated, normed) per projection: q/k/v and gate/up carry the norm and the residual sum.
-PROJECTIONS = {
-    "0.6b": {
-        "qkv": (4096, 1024, False, True),
-        "o": (1024, 2048, False, False),
-        "gate_up": (6144, 1024, True, True),
-        "down": (1024, 3072, False, False),
-    },
-    "1.7b": {
-        "qkv": (4096, 2048, False, True),
-        "o": (2048, 2048, False, False),
-        "gate_up": (12288, 2048, True, True),
-        "down": (2048, 6144, False, False),
-    },
-}
-
-
-GEMM_SWEEP = [
-    fused_layer.GemmTiles(m, n, k, 4 if m * n <= 64 * 64 else 8, stages)
-    for m, n, k, stages in itertools.product((16, 32, 64, 128), (32, 64, 128), (64, 128), (3, 4))
-]
-
-
-def bench_gemm(sweep: bool, sizes: tuple[str, ...] = ("0.6b", "1.7b")) -> list[dict]:
-    """Each decoder projection at 4 to 1,024 rows, as `fused_layer.tiled_layer_forward` runs it
-    (q/k/v and gate/up with the norm before them folded in, gate/up with SiLU * up, o and down with
-    the residual sum), against what it replaces (the compiled residual sum and norm, cuBLAS's GEMM,
-    the compiled SiLU * up) and cuBLAS's GEMM alone, at `gemm_tiles`' choice and, with `sweep`,
-    the best tile of a sweep; microseconds per call."""
-    compiled = Kernels(compiled=True)
-    add_rms_norm, silu_mul = compiled.fuse(pointwise.add_rms_norm), compiled.fuse(pointwise.silu_mul)
-    copies, rows = 24, []  # distinct weights, more than L2 holds
-    for size in sizes:
-        for name, (n_total, k, gated, normed) in PROJECTIONS[size].items():
-            weights = [torch.randn(n_total, k, device=DEVICE, dtype=DTYPE) / k**0.5 for _ in range(copies)]
-            n = n_total // 2 if gated else n_total
-            norm = torch.ones(k, device=DEVICE, dtype=DTYPE)
-            for m in (4, 8, 16, 32, 64, 128, 256, 512, 1024):
-                x = torch.randn(m, k, device=DEVICE, dtype=DTYPE)
-                delta = torch.randn(m, k, device=DEVICE, dtype=DTYPE)
-                residual = None if normed else torch.randn(m, n, device=DEVICE, dtype=DTYPE)
-
-                def replaced(
-                    x=x, delta=delta, weights=weights, norm=norm, gated=gated, normed=normed
-                ) -> None:
-                    for w in weights:
-                        h = add_rms_norm(x, delta, norm, 1e-6)[1] if normed else x
-                        y = F.linear(h, w)
-                        if gated:
-                            silu_mul(*y.chunk(2, dim=-1))
-
-                def fused(
-                    tiles=None, x=x, weights=weights, gated=gated, normed=normed, residual=residual
-                ) -> None:
-                    for w in weights:
-                        fused_layer.gemm(x, w, normed, 1e-6, residual, gated, with_pdl(), tiles)
-
-                cublas = graph_ms(lambda x=x, weights=weights: [F.linear(x, w) for w in weights])
-                row = {
-                    "model": size,
-                    "projection": name,
-                    "rows": m,
-                    "replaced_us": round(graph_ms(replaced) / copies * 1e3, 2),
-                    "cublas_us": round(cublas / copies * 1e3, 2),
-                    "gemm_us": round(graph_ms(fused) / copies * 1e3, 2),
-                    "gemm_tiles": dataclasses.astuple(fused_layer.gemm_tiles(m, n, gated)),
-                }
-                if sweep:
-                    best = None
-                    for tiles in GEMM_SWEEP:
-                        if tiles.block_m > max(16, triton.next_power_of_2(m)):
-                            continue
-                        try:
-                            us = graph_ms(functools.partial(fused, tiles)) / copies * 1e3
-                        except triton.runtime.errors.OutOfResources:
-                            continue
-                        if best is None or us < best[0]:
-                            best = (us, dataclasses.astuple(tiles))
-                    assert best is not None
-                    row["best_us"], row["best_tiles"] = round(best[0], 2), best[1]
-                print(json.dumps(row), flush=True)
-                rows.append(row)
-            del weights
-    return rows
-
-
-def bench_stack_tiled() -> list[dict]:
-    """A talker step (28 layers, keys over 300 positions) and a code-predictor frame (5 layers 15
-    times) per batch, the fused layer's GEMMs (`fused_gemm`) against the unfused layer with the
-    attention kernel (the path above 2 rows without them): ms per graphed call and how far apart."""
-    predictor, talker, rows = stack_of(5), stack_of(28), []
-    paths = {
-        "cublas": dataclasses.replace(kernels(), fused_gemm=False),
-        "gemm": dataclasses.replace(kernels(), fused_gemm=True),
-    }
-    for b in (4, 16, 64, 128, 256, 512):
-        cache = predictor.new_cache(b, 16)
-        x2 = torch.randn(b, 2, 1024, device=DEVICE, dtype=DTYPE)
-        x1 = torch.randn(b, 1, 1024, device=DEVICE, dtype=DTYPE)
-        first = torch.arange(2, device=DEVICE).expand(b, 2).contiguous()
-        later = [torch.full((b, 1), k, device=DEVICE, dtype=torch.long) for k in range(2, 16)]
-        talker_cache = talker.new_cache(b, 512)
-        talker_cache.k.normal_()
-        talker_cache.v.normal_()
-        spanned = KVCache(talker_cache.k, talker_cache.v, talker_cache.cos, talker_cache.sin, span=320)
-        positions = torch.randint(200, 300, (b, 1), device=DEVICE)
-
-        def frame(cache: KVCache = cache, x2=x2, x1=x1, first=first, later=later) -> torch.Tensor:
-            hidden = predictor(x2, first, cache)
-            for at in later:
-                hidden = predictor(x1, at, cache)
-            return hidden
-
-        def step(x1=x1, positions=positions, spanned=spanned) -> torch.Tensor:
-            return talker(x1, positions, spanned)
-
-        row: dict = {"batch": b}
-        outputs = {}
-        for name, chosen in paths.items():
-            chosen.bind(predictor, talker)
-            cache.k.zero_()
-            cache.v.zero_()
-            outputs[name] = (frame().float(), step().float())
-            row[f"predictor_frame_ms_{name}"] = round(graph_ms(frame), 3)
-            row[f"talker_step_ms_{name}"] = round(graph_ms(step), 3)
-        row["predictor_max_difference"] = (outputs["gemm"][0] - outputs["cublas"][0]).abs().max().item()
-        row["talker_max_difference"] = (outputs["gemm"][1] - outputs["cublas"][1]).abs().max().item()
-        print(json.dumps(row), flush=True)
-        rows.append(row)
     return rows
 
 
@@ -691,21 +554,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "mode",
-        choices=[
-            "stack",
-            "stack-tiled",
-            "attention",
-            "gemv",
-            "gemm",
-            "gemm-sweep",
-            "gemm-sweep-0.6b",
-            "draw",
-            "snake",
-            "conv",
-            "conv-sweep",
-            "conv-passes",
-        ],
+        "mode", choices=["stack", "attention", "gemv", "draw", "snake", "conv", "conv-sweep", "conv-passes"]
     )
     parser.add_argument("--out", type=Path, help="write the rows here as JSON")
     args = parser.parse_args()
@@ -716,10 +565,6 @@ def main() -> None:
             "stack": bench_stack,
             "attention": bench_attention,
             "gemv": bench_gemv,
-            "stack-tiled": bench_stack_tiled,
-            "gemm": functools.partial(bench_gemm, sweep=False),
-            "gemm-sweep": functools.partial(bench_gemm, sweep=True),
-            "gemm-sweep-0.6b": functools.partial(bench_gemm, sweep=True, sizes=("0.6b",)),
             "draw": bench_draw,
             "snake": bench_snake,
             "conv": bench_conv,

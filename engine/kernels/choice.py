@@ -42,9 +42,6 @@ class Kernels:
     compiled: bool = False  # `@pointwise.fusable` functions run torch.compile'd (engine.pointwise)
     # Decoder layers of a few rows, and decode attention at any batch, in Triton (engine.fused_layer).
     fused_layer: bool = False
-    # With fused_layer, decode steps of more rows too: their projections as Triton GEMMs with the
-    # residual sums and norms in their prologues and SiLU * up in an epilogue (engine.fused_layer.gemm).
-    fused_gemm: bool = False
     # Each token draw, with the next step's embedding row, in one Triton kernel (engine.fused_draw).
     fused_draw: bool = False
     fused_snake: bool = False  # the codec decoder's SnakeBeta in one Triton kernel (engine.fused_snake)
@@ -62,8 +59,7 @@ class Kernels:
     @classmethod
     def resolve(cls, config: EngineConfig, device: torch.device) -> Kernels:
         """The engine's kernels on `device`: on CUDA, `fuse_kernels` turns on the compiled pieces,
-        the fused layer and the activation kernel, with `fused_gemm` the fused layer at any batch,
-        `fused_draw` the draw kernel, `fused_conv` the
+        the fused layer and the activation kernel, `fused_draw` the draw kernel, `fused_conv` the
         decoder's conv kernel, `fused_unit` with `fused_conv` its narrow residual units as one
         kernel each, `fused_window` its attention kernel, and programmatic dependent
         launch is on for Hopper and later unless VOICEWIRE_PDL=0 or Triton runs interpreted
@@ -77,7 +73,6 @@ class Kernels:
         return cls(
             compiled=fuse,
             fused_layer=fuse,
-            fused_gemm=fuse and config.fused_gemm,
             fused_draw=config.fused_draw,
             fused_conv=config.fused_conv,
             fused_window=config.fused_window,
@@ -99,11 +94,6 @@ class Kernels:
                     # A plain attribute, set in the module's __init__ (nn.Module's __setattr__ is
                     # typed for tensors and modules only).
                     vars(module)["kernels"] = self
-            # Then whatever a module makes for its kernels (layers.DecoderStack's folded weights).
-            for module in root.modules():
-                bound = getattr(module, "kernels_bound", None)
-                if callable(bound):
-                    bound()
         log.info("kernels: %s", self)
 
 

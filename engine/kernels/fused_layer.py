@@ -138,136 +138,6 @@ def _gemv_blocks(n: int, k: int, m: int) -> tuple[int, int]:
     return block_n, block_k
 
 
-@triton.jit
-def _gemm_kernel(
-    x_ptr,
-    w_ptr,
-    res_ptr,
-    out_ptr,
-    m,
-    n,
-    k,
-    x_stride,
-    eps,
-    NORMED: tl.constexpr,
-    RESIDUAL: tl.constexpr,
-    GATED: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    IEEE: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    """out[m, n] = x[m, :] @ w[n, :] as tiles on the tensor cores: program (j, i) makes the i-th
-    BLOCK_M rows' j-th BLOCK_N columns. NORMED: w has the RMSNorm's weight folded in, and the rows'
-    1/rms, summed from the same tiles the product reads, scales the sums at the end. GATED: w holds
-    gate rows then up rows, and out = SiLU(gate) * up. RESIDUAL: out = res + the product, in the
-    model's dtype (the residual stream's next value).
-
-    The tiles of x go to the product as loaded: an elementwise prologue on them (a residual sum, the
-    norm's weight) took the tensor cores' pipeline apart, 2-4 times cuBLAS's time at 256 rows."""
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    dtype = x_ptr.dtype.element_ty
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = rows < m
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < n
-    ks = tl.arange(0, BLOCK_K)
-    if PDL:  # nothing here is read before the previous kernel is done (engine.pdl)
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-
-    squares = tl.zeros([BLOCK_M], tl.float32)
-    if NORMED:
-        # The rows' squares in a pass of their own (from L2: the rows are few). Summed from the
-        # tiles the product reads, some of Triton's deeper pipelines (K steps of 128 in 4 stages)
-        # gave wrong products on an H200 (session 69).
-        for k0 in range(0, k, BLOCK_K):
-            k_now = k0 + ks
-            ok = row_ok[:, None] & (k_now < k)[None, :]
-            h32 = tl.load(x_ptr + rows[:, None] * x_stride + k_now[None, :], mask=ok, other=0.0).to(
-                tl.float32
-            )
-            squares += tl.sum(h32 * h32, axis=1)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k0 in range(0, k, BLOCK_K):
-        k_now = k0 + ks
-        k_ok = k_now < k
-        h = tl.load(
-            x_ptr + rows[:, None] * x_stride + k_now[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0
-        )
-        w_at = cols[None, :] * k + k_now[:, None]
-        w_ok = col_ok[None, :] & k_ok[:, None]
-        w = tl.load(w_ptr + w_at, mask=w_ok, other=0.0)
-        if IEEE:  # float32 models: no TF32 products, as in the unfused matmul
-            acc = tl.dot(h, w, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(h, w, acc)
-        if GATED:
-            up = tl.load(w_ptr + n * k + w_at, mask=w_ok, other=0.0)
-            if IEEE:
-                acc_up = tl.dot(h, up, acc_up, input_precision="ieee")
-            else:
-                acc_up = tl.dot(h, up, acc_up)
-
-    if NORMED:
-        inv = 1.0 / tl.sqrt(squares / k + eps)
-        acc = acc * inv[:, None]
-        acc_up = acc_up * inv[:, None]
-    if GATED:
-        # Gate and up round to the model's dtype first, as the unfused projection's outputs do.
-        gate = acc.to(dtype).to(tl.float32)
-        acc = gate * tl.sigmoid(gate) * acc_up.to(dtype).to(tl.float32)
-    out_at = rows[:, None] * n + cols[None, :]
-    out_ok = row_ok[:, None] & col_ok[None, :]
-    if RESIDUAL:
-        # The product rounds to the model's dtype before the sum, as the unfused layer's output does.
-        acc = acc.to(dtype).to(tl.float32) + tl.load(res_ptr + out_at, mask=out_ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + out_at, acc.to(dtype), mask=out_ok)
-
-
-@dataclass(frozen=True)
-class GemmTiles:
-    """A `_gemm_kernel` launch: rows, columns and K per tile, warps, pipeline stages."""
-
-    block_m: int
-    block_n: int
-    block_k: int
-    warps: int
-    stages: int
-
-
-def gemm_tiles(m: int, n: int, gated: bool) -> GemmTiles:
-    """The tiles for m rows of a projection to n columns (n / 2 gated), as swept at 0.6B's shapes on
-    an H200 (`python scripts/bench_fused_layer.py gemm-sweep`; docs/log/2026-11.md, "The fused
-    layer at any batch"). Wide projections (q/k/v, gate/up) take tiles as wide as their rows allow;
-    narrow ones (o, down: 1,024 or 2,048 columns) narrow tiles, so that they still make a program
-    per processor, and long K steps."""
-    if gated or n > 2048:
-        if m <= 16:
-            return GemmTiles(16, 32, 128, warps=4, stages=3)
-        if m <= 32:
-            return GemmTiles(16, 64, 128, warps=4, stages=3)
-        if m <= 64:
-            return GemmTiles(64, 32, 128, warps=4, stages=3)
-        if m <= 128:
-            return GemmTiles(64, 64, 64, warps=4, stages=3)
-        if m <= 256:
-            return GemmTiles(64, 128, 64, warps=8, stages=3)
-        if gated:
-            return GemmTiles(64, 64, 64, warps=4, stages=3)
-        return GemmTiles(128, 128, 64, warps=8, stages=3)
-    if m <= 32:
-        return GemmTiles(16, 32, 128, warps=4, stages=4)
-    if m <= 256:
-        return GemmTiles(64, 32, 128, warps=4, stages=4)
-    if m <= 512:
-        return GemmTiles(64, 64, 128, warps=4, stages=4)
-    return GemmTiles(64, 128, 64, warps=8, stages=4)
-
-
 def gemv(
     x: Tensor,
     weight: Tensor,
@@ -314,61 +184,6 @@ def gemv(
         **launch_options(pdl),
     )
     return out.reshape(*lead, n), (total.reshape(x.shape) if total is not None else None)
-
-
-def gemm(
-    x: Tensor,
-    weight: Tensor,
-    normed: bool = False,
-    eps: float = 0.0,
-    residual: Tensor | None = None,
-    gated: bool = False,
-    pdl: bool = False,
-    tiles: GemmTiles | None = None,
-) -> Tensor:
-    """x [..., K] times weight [N, K]^T -> [..., N] ([..., N / 2] when `gated`: SiLU(gate) * up of
-    the weight's halves), tiled (`gemm_tiles`' choice unless given). `normed`: the weight is
-    `fold_norm`'s, and x's rows are RMS-normed with `eps`. `residual` [..., N]: added to the
-    product. Rows of any stride (the last position's rows of [B, T, K] go in as a view)."""
-    k = x.shape[-1]
-    rows = x.reshape(-1, k)
-    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
-    m = rows.shape[0]
-    if weight.shape[1] != k or (gated and weight.shape[0] % 2):
-        raise ValueError(f"weight {tuple(weight.shape)} does not fit input width {k} (gated={gated})")
-    n = weight.shape[0] // 2 if gated else weight.shape[0]
-    if residual is not None and residual.shape != (*x.shape[:-1], n):
-        raise ValueError(f"residual {tuple(residual.shape)} is not the output's {(*x.shape[:-1], n)}")
-    out = torch.empty(m, n, device=x.device, dtype=x.dtype)
-    at = tiles or gemm_tiles(m, n, gated)
-    _gemm_kernel[(triton.cdiv(n, at.block_n), triton.cdiv(m, at.block_m))](
-        rows,
-        weight,
-        residual.contiguous() if residual is not None else out,
-        out,
-        m,
-        n,
-        k,
-        rows.stride(0),
-        eps,
-        NORMED=normed,
-        RESIDUAL=residual is not None,
-        GATED=gated,
-        BLOCK_M=at.block_m,
-        BLOCK_N=at.block_n,
-        BLOCK_K=at.block_k,
-        IEEE=x.dtype == torch.float32,
-        num_warps=at.warps,
-        num_stages=at.stages,
-        **launch_options(pdl),
-    )
-    return out.reshape(*x.shape[:-1], n)
-
-
-def fold_norm(weight: Tensor, norm: Tensor) -> Tensor:
-    """A projection's weight [N, K] with the RMSNorm weight [K] before it folded in, for `gemm`'s
-    `normed`: (x / rms) * norm @ W^T = (x @ (W * norm)^T) / rms. Rounded to the weight's dtype once."""
-    return (weight.float() * norm.float()[None, :]).to(weight.dtype)
 
 
 @triton.jit
@@ -616,10 +431,9 @@ def layer_attention(
     )  # fmt: skip
 
 
-def applies(x: Tensor, cfg: DecoderConfig, tiled: bool) -> bool:
-    """Whether the whole fused layer takes a step of x [B, T, H]: `attends`, and at most MAX_ROWS
-    rows unless `tiled` (the stack has `Folded` weights: its layers as `tiled_layer_forward` beyond)."""
-    return (tiled or x.shape[0] * x.shape[1] <= MAX_ROWS) and attends(x, cfg)
+def applies(x: Tensor, cfg: DecoderConfig) -> bool:
+    """Whether the whole fused layer takes a step of x [B, T, H]: `attends` and at most MAX_ROWS rows."""
+    return x.shape[0] * x.shape[1] <= MAX_ROWS and attends(x, cfg)
 
 
 def layer_forward(
@@ -633,8 +447,8 @@ def layer_forward(
     v_cache: Tensor,
     span: int,
 ) -> tuple[Tensor, Tensor]:
-    """`DecoderLayer.forward` in five kernels, for at most GEMV_ROWS rows: (x, delta) -> (x, this
-    layer's output still to be added)."""
+    """`DecoderLayer.forward` in five kernels: (x, delta) -> (x, this layer's output still to be
+    added)."""
     attn, mlp, pdl = layer.self_attn, layer.mlp, layer.kernels.pdl
     norm = layer.input_layernorm
     qkv, total = gemv(x, attn.qkv_proj.weight, delta, norm.weight, norm.eps, pdl=pdl)
@@ -648,86 +462,22 @@ def layer_forward(
     return x, out
 
 
-@dataclass(frozen=True)
-class Folded:
-    """A stack's q/k/v and gate/up weights, one per layer, with the RMSNorm before each folded in
-    (`fold_norm`), for `tiled_layer_forward`. Made once, when the kernels are bound."""
-
-    qkv: tuple[Tensor, ...]
-    gate_up: tuple[Tensor, ...]
-
-
-def fold(stack: DecoderStack) -> Folded:
-    layers = stack.layers
-    return Folded(
-        qkv=tuple(fold_norm(la.self_attn.qkv_proj.weight, la.input_layernorm.weight) for la in layers),
-        gate_up=tuple(
-            fold_norm(la.mlp.gate_up_proj.weight, la.post_attention_layernorm.weight) for la in layers
-        ),
-    )
-
-
-def tiled_layer_forward(
-    layer: DecoderLayer,
-    qkv_weight: Tensor,
-    gate_up_weight: Tensor,
-    x: Tensor,
-    cos: Tensor,
-    sin: Tensor,
-    positions: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    span: int,
-) -> Tensor:
-    """`DecoderLayer.forward` in five kernels at any batch: x -> x after the layer. Each norm runs
-    in the projection after it (its weight folded in: `qkv_weight`, `gate_up_weight`), each
-    residual sum in the projection before it, and SiLU * up in the gate/up projection."""
-    attn, mlp, pdl = layer.self_attn, layer.mlp, layer.kernels.pdl
-    qkv = gemm(x, qkv_weight, normed=True, eps=layer.input_layernorm.eps, pdl=pdl)
-    out = layer_attention(attn, qkv, cos, sin, positions, k_cache, v_cache, span)
-    x = gemm(out, attn.o_proj.weight, residual=x, pdl=pdl)
-    eps = layer.post_attention_layernorm.eps
-    hidden = gemm(x, gate_up_weight, normed=True, eps=eps, gated=True, pdl=pdl)
-    return gemm(hidden, mlp.down_proj.weight, residual=x, pdl=pdl)
-
-
-def tiled(stack: DecoderStack, x: Tensor) -> bool:
-    """Whether `stack_layers` takes x [B, T, H] through `tiled_layer_forward`: beyond MAX_ROWS rows,
-    where the stack has its `Folded` weights."""
-    return stack.folded is not None and x.shape[0] * x.shape[1] > MAX_ROWS
-
-
 def stack_layers(
     stack: DecoderStack, x: Tensor, positions: Tensor, cache: KVCache
 ) -> tuple[Tensor, Tensor | None]:
-    """`stack`'s layers through `layer_forward`, or `tiled_layer_forward` beyond MAX_ROWS rows: x
-    [B, T, H] at positions [B, T] -> (x, the last layer's output still to be added, or None),
-    ahead of the final norm. RoPE is read from the cache's tables inside the attention kernel: no
-    gathered cos/sin per forward."""
+    """`stack`'s layers through `layer_forward`: x [B, T, H] at positions [B, T] -> (x, the last
+    layer's output still to be added), ahead of the final norm. RoPE is read from the cache's
+    tables inside the attention kernel: no gathered cos/sin per forward."""
     delta = None
-    folded = stack.folded if tiled(stack, x) else None
     for i, layer in enumerate(stack.layers):
-        k, v = cache.k[i], cache.v[i]
-        if folded is not None:
-            x = tiled_layer_forward(
-                layer,
-                folded.qkv[i],
-                folded.gate_up[i],
-                x,
-                cache.cos,
-                cache.sin,
-                positions,
-                k,
-                v,
-                cache.length,
-            )
-        else:
-            x, delta = layer_forward(layer, x, delta, cache.cos, cache.sin, positions, k, v, cache.length)
+        x, delta = layer_forward(
+            layer, x, delta, cache.cos, cache.sin, positions, cache.k[i], cache.v[i], cache.length
+        )
     return x, delta
 
 
 def stack_forward(stack: DecoderStack, x: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
-    """`DecoderStack.forward` through `stack_layers`: x [B, T, H] at positions [B, T] -> normed
+    """`DecoderStack.forward` through `layer_forward`: x [B, T, H] at positions [B, T] -> normed
     hidden states [B, T, H]."""
     x, delta = stack_layers(stack, x, positions, cache)
     if delta is None:
@@ -738,11 +488,8 @@ def stack_forward(stack: DecoderStack, x: Tensor, positions: Tensor, cache: KVCa
 def stack_last_logits(
     stack: DecoderStack, x: Tensor, positions: Tensor, cache: KVCache, head: Tensor
 ) -> Tensor:
-    """The last position's logits [B, V] through `head` [V, H]: at a few rows the stack's final
-    norm runs in the head GEMV's prologue, one kernel fewer per forward; tiled, before `gemm`."""
-    if tiled(stack, x):
-        x, _ = stack_layers(stack, x, positions, cache)
-        return gemm(stack.norm(x[:, -1]), head, pdl=stack.kernels.pdl)
+    """The last position's logits [B, V] through `head` [V, H]: the stack's final norm runs in the
+    head GEMV's prologue, one kernel fewer per forward."""
     x, delta = stack_layers(stack, x, positions, cache)
     norm = stack.norm
     last = None if delta is None else delta[:, -1]

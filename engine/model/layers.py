@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -18,9 +17,6 @@ from torch import Tensor, nn
 
 from voicewire.engine.kernels import pointwise
 from voicewire.engine.kernels.choice import Kernels
-
-if TYPE_CHECKING:
-    from voicewire.engine.kernels import fused_layer
 
 
 @dataclass
@@ -324,18 +320,6 @@ class DecoderStack(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.kernels = Kernels()
-        self.folded: fused_layer.Folded | None = None  # with `Kernels.fused_gemm` (kernels_bound)
-
-    def kernels_bound(self) -> None:
-        """Fold each norm into the projection after it for the fused layer's GEMMs, once the
-        kernels (and so the weights they read) are in place; or let go of the folded weights."""
-        folded = None
-        if self.kernels.fused_gemm:
-            from voicewire.engine.kernels import fused_layer  # Triton, which CUDA builds of torch carry
-
-            with torch.no_grad():
-                folded = fused_layer.fold(self)
-        vars(self)["folded"] = folded  # not a parameter or buffer: no part of the checkpoint
 
     def new_cache(self, batch: int, length: int) -> KVCache:
         weight = self.norm.weight
@@ -348,7 +332,7 @@ class DecoderStack(nn.Module):
             return None
         from voicewire.engine.kernels import fused_layer  # Triton, which CUDA builds of torch carry
 
-        return fused_layer if fused_layer.applies(x, self.cfg, tiled=self.folded is not None) else None
+        return fused_layer if fused_layer.applies(x, self.cfg) else None
 
     def attention_inputs(self, positions: Tensor, cache: KVCache, dtype: torch.dtype) -> AttentionInputs:
         """The RoPE cos, sin and mask bias of rows at positions [B, T] over `cache` (`attention_inputs`)."""

@@ -40,13 +40,12 @@ def test_everything_is_off_on_a_cpu() -> None:
     """Whatever the settings say: Triton kernels and compiled pieces are for CUDA engines."""
     config = EngineConfig(fuse_kernels=True, fused_draw=True)
     assert Kernels.resolve(config, torch.device("cpu")) == Kernels()
-    assert Kernels() == Kernels(False, False, False, False, False, False, False, False)
+    assert Kernels() == Kernels(False, False, False, False, False, False, False)
 
 
 ALL_ON = Kernels(
     compiled=True,
     fused_layer=True,
-    fused_gemm=True,
     fused_draw=True,
     fused_snake=True,
     fused_conv=True,
@@ -62,9 +61,7 @@ def test_cuda_defaults_turn_every_kernel_on(capability) -> None:
 
 def test_each_setting_turns_its_kernels_off(capability) -> None:
     unfused = Kernels.resolve(EngineConfig(fuse_kernels=False), CUDA)
-    assert unfused == dataclasses.replace(
-        ALL_ON, compiled=False, fused_layer=False, fused_gemm=False, fused_snake=False
-    )  # the GEMMs are the fused layer's
+    assert unfused == dataclasses.replace(ALL_ON, compiled=False, fused_layer=False, fused_snake=False)
     undrawn = Kernels.resolve(EngineConfig(fused_draw=False), CUDA)
     assert undrawn == dataclasses.replace(ALL_ON, fused_draw=False)
     cudnn = Kernels.resolve(EngineConfig(fused_conv=False), CUDA)
@@ -75,8 +72,6 @@ def test_each_setting_turns_its_kernels_off(capability) -> None:
     assert units_as_convs == dataclasses.replace(ALL_ON, fused_unit=False)
     eager_window = Kernels.resolve(EngineConfig(fused_window=False), CUDA)
     assert eager_window == dataclasses.replace(ALL_ON, fused_window=False)
-    cublas = Kernels.resolve(EngineConfig(fused_gemm=False), CUDA)
-    assert cublas == dataclasses.replace(ALL_ON, fused_gemm=False)
 
 
 def test_the_unit_kernel_needs_the_conv_kernel_and_cuda(capability) -> None:

@@ -63,74 +63,6 @@ def test_gemv_in_bfloat16_rounds_like_the_unfused_layer() -> None:
     torch.testing.assert_close(out, (h.float() @ weight.float().T).bfloat16(), atol=0.02, rtol=0.01)
 
 
-# Tiles of 16 rows, 16 columns and 32 of K: a 40 x 40 x 1100 projection is 3 x 3 tiles, each with
-# tails, over 35 K steps. At the default tiles, one tile.
-SMALL_TILES = fused_layer.GemmTiles(16, 16, 32, warps=4, stages=1)
-
-
-@pytest.mark.parametrize("tiles", [None, SMALL_TILES])
-@pytest.mark.parametrize("k", [96, 1100])
-@pytest.mark.parametrize("rows", [3, 40])
-def test_gemm_equals_the_unfused_projections(rows: int, k: int, tiles: fused_layer.GemmTiles | None) -> None:
-    """Plain; with the norm before it folded into its weight; with SiLU * up after it; with the
-    residual sum after it."""
-    gen = torch.Generator().manual_seed(rows + k)
-    x = torch.randn(rows, k, generator=gen).to(DEVICE)
-    weight = (torch.randn(40, k, generator=gen) / k**0.5).to(DEVICE)
-    norm = (1 + 0.1 * torch.randn(k, generator=gen)).to(DEVICE)
-    residual = torch.randn(rows, 40, generator=gen).to(DEVICE)
-    folded = fused_layer.fold_norm(weight, norm)
-
-    torch.testing.assert_close(fused_layer.gemm(x, weight, tiles=tiles), x @ weight.T)
-    h = pointwise.rms_norm(x, norm, 1e-6)
-    torch.testing.assert_close(fused_layer.gemm(x, folded, normed=True, eps=1e-6, tiles=tiles), h @ weight.T)
-    got = fused_layer.gemm(x, folded, normed=True, eps=1e-6, gated=True, tiles=tiles)
-    assert got.shape == (rows, 20)
-    torch.testing.assert_close(got, pointwise.silu_mul(*(h @ weight.T).split(20, dim=-1)))
-    got = fused_layer.gemm(x, weight, residual=residual, tiles=tiles)
-    torch.testing.assert_close(got, residual + x @ weight.T)
-
-
-def test_gemm_reads_rows_of_any_stride() -> None:
-    """The last position's rows of [B, T, K] (the code predictor's head after its first forward)
-    go in as a view: the same projection as of a contiguous copy."""
-    gen = torch.Generator().manual_seed(11)
-    x = torch.randn(5, 2, 48, generator=gen).to(DEVICE)
-    weight = (torch.randn(24, 48, generator=gen) / 7).to(DEVICE)
-    got = fused_layer.gemm(x[:, -1], weight, normed=True, eps=1e-6)
-    want = fused_layer.gemm(x[:, -1].contiguous(), weight, normed=True, eps=1e-6)
-    torch.testing.assert_close(got, want, atol=0, rtol=0)
-
-
-def test_gemm_refuses_what_it_cannot_do() -> None:
-    x = torch.randn(4, 16)
-    with pytest.raises(ValueError, match="does not fit input width 16"):
-        fused_layer.gemm(x, torch.randn(4, 12))
-    with pytest.raises(ValueError, match=r"residual \(4, 3\) is not the output's \(4, 2\)"):
-        fused_layer.gemm(x, torch.randn(4, 16), gated=True, residual=torch.randn(4, 3))
-
-
-# Triton 3.9's interpreter multiplies bfloat16 tiles wrongly in tl.dot (off by 1e10): the GEMM's
-# bfloat16 case runs on a GPU only.
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="tl.dot in bfloat16 needs a GPU")
-def test_gemm_in_bfloat16_stays_within_a_rounding_of_the_unfused_layer() -> None:
-    gen = torch.Generator().manual_seed(12)
-    x = torch.randn(300, 1024, generator=gen).bfloat16().to(DEVICE)
-    weight = (torch.randn(512, 1024, generator=gen) / 32).bfloat16().to(DEVICE)
-    norm = (1 + 0.1 * torch.randn(1024, generator=gen)).bfloat16().to(DEVICE)
-    residual = torch.randn(300, 256, generator=gen).bfloat16().to(DEVICE)
-    h = pointwise.rms_norm(x, norm, 1e-6)
-    want = pointwise.silu_mul(*(h.float() @ weight.float().T).bfloat16().split(256, dim=-1))
-    got = fused_layer.gemm(x, fused_layer.fold_norm(weight, norm), normed=True, eps=1e-6, gated=True)
-    # The folded weight rounds once more and the rows' 1/rms comes after the product: within a
-    # bfloat16 rounding or two of the unfused result.
-    torch.testing.assert_close(got, want, atol=0.02, rtol=0.02)
-    got = fused_layer.gemm(want, weight[:, :256], residual=residual)
-    torch.testing.assert_close(
-        got, (residual.float() + (want.float() @ weight[:, :256].float().T)).bfloat16(), atol=0.02, rtol=0.02
-    )
-
-
 def test_gemv_refuses_what_it_cannot_do() -> None:
     x = torch.randn(9, 16)
     with pytest.raises(ValueError, match="at most 8 rows"):
@@ -261,24 +193,20 @@ def test_attention_refuses_a_span_past_the_cache_and_too_many_query_rows() -> No
         )
 
 
-# Through the GEMVs: steps of 2 and 4 rows. Tiled: 5 and 10 rows through the GEMMs.
-@pytest.mark.parametrize(("batch", "tiled"), [(2, False), (5, True)])
-def test_stack_forward_equals_the_unfused_stack(batch: int, tiled: bool) -> None:
+def test_stack_forward_equals_the_unfused_stack() -> None:
     stack = DecoderStack(CFG)
     scaled_init_(stack, torch.Generator().manual_seed(3))
     gen = torch.Generator().manual_seed(4)
     stack.to(DEVICE)
-    Kernels(fused_gemm=tiled).bind(stack)
-    assert (stack.folded is not None) == tiled
-    cache = stack.new_cache(batch, 32)
+    cache = stack.new_cache(2, 32)
     with torch.inference_mode():
         # A prompt of 6 positions, then a one-position step and a two-position one (the code
         # predictor's first), each run both ways from the same cache.
-        prompt = torch.randn(batch, 6, CFG.hidden_size, generator=gen).to(DEVICE)
-        stack(prompt, torch.arange(6, device=DEVICE).expand(batch, 6), cache)
-        for positions in (torch.tensor([[6]]), torch.tensor([[6, 7]])):
-            positions = positions.expand(batch, -1).to(DEVICE)
-            x = torch.randn(batch, positions.shape[1], CFG.hidden_size, generator=gen).to(DEVICE)
+        prompt = torch.randn(2, 6, CFG.hidden_size, generator=gen).to(DEVICE)
+        stack(prompt, torch.arange(6, device=DEVICE).expand(2, 6), cache)
+        for positions in (torch.tensor([[6], [6]]), torch.tensor([[6, 7], [6, 7]])):
+            positions = positions.to(DEVICE)
+            x = torch.randn(2, positions.shape[1], CFG.hidden_size, generator=gen).to(DEVICE)
             fused_cache = KVCache(cache.k.clone(), cache.v.clone(), cache.cos, cache.sin, span=16)
             unfused_cache = KVCache(cache.k.clone(), cache.v.clone(), cache.cos, cache.sin, span=16)
             got = fused_layer.stack_forward(stack, x, positions, fused_cache)
@@ -288,42 +216,30 @@ def test_stack_forward_equals_the_unfused_stack(batch: int, tiled: bool) -> None
             torch.testing.assert_close(fused_cache.v, unfused_cache.v)
 
 
-@pytest.mark.parametrize(("batch", "tiled"), [(2, False), (5, True)])
-def test_last_logits_fold_the_final_norm_into_the_head(batch: int, tiled: bool) -> None:
+def test_last_logits_fold_the_final_norm_into_the_head() -> None:
     """The code predictor's head on the fused path: the stack's layers, then the final norm inside
-    the head's projection, against the unfused stack, its norm and the head's matmul, from the same
-    cache."""
+    the head's GEMV, against the unfused stack, its norm and the head's matmul, from the same cache."""
     stack = DecoderStack(CFG)
     scaled_init_(stack, torch.Generator().manual_seed(5))
     head = torch.nn.Linear(CFG.hidden_size, 40, bias=False)
     scaled_init_(head, torch.Generator().manual_seed(6))
     gen = torch.Generator().manual_seed(7)
     stack.to(DEVICE), head.to(DEVICE)
-    Kernels(fused_gemm=tiled).bind(stack)
-    cache = stack.new_cache(batch, 32)
+    cache = stack.new_cache(2, 32)
     with torch.inference_mode():
-        for positions in (torch.tensor([[0, 1]]), torch.tensor([[2]])):
-            positions = positions.expand(batch, -1).to(DEVICE)
-            x = torch.randn(batch, positions.shape[1], CFG.hidden_size, generator=gen).to(DEVICE)
+        for positions in (torch.tensor([[0, 1], [0, 1]]), torch.tensor([[2], [2]])):
+            positions = positions.to(DEVICE)
+            x = torch.randn(2, positions.shape[1], CFG.hidden_size, generator=gen).to(DEVICE)
             fused_cache = KVCache(cache.k.clone(), cache.v.clone(), cache.cos, cache.sin, span=16)
             got = fused_layer.stack_last_logits(stack, x, positions, fused_cache, head.weight)
             want = head(stack(x, positions, cache)[:, -1])
-            assert got.shape == (batch, 40)
+            assert got.shape == (2, 40)
             torch.testing.assert_close(got, want)
             torch.testing.assert_close(fused_cache.k, cache.k)
 
 
 def test_the_fused_path_is_for_cuda_only() -> None:
-    assert not fused_layer.applies(torch.zeros(1, 1, 8), CFG, tiled=False)
-    assert not fused_layer.applies(torch.zeros(1, 1, 8), CFG, tiled=True)
-
-
-def test_the_fused_path_takes_more_rows_only_tiled(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fused_layer, "attends", lambda x, cfg: True)
-    two, three = torch.zeros(2, 1, 8), torch.zeros(3, 1, 8)
-    assert fused_layer.applies(two, CFG, tiled=False) and fused_layer.applies(two, CFG, tiled=True)
-    assert not fused_layer.applies(three, CFG, tiled=False)
-    assert fused_layer.applies(three, CFG, tiled=True)
+    assert not fused_layer.applies(torch.zeros(1, 1, 8), CFG)
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -347,7 +263,7 @@ def test_decoder_stack_dispatches_last_logits(monkeypatch: pytest.MonkeyPatch, b
                 fused_layer, name, lambda *a, real=real, name=name: calls.append(name) or real(*a)
             )
         Kernels(fused_layer=True).bind(stack)
-        monkeypatch.setattr(fused_layer, "applies", lambda x, cfg, tiled: True)
+        monkeypatch.setattr(fused_layer, "applies", lambda x, cfg: True)
         got = stack.last_logits(x, positions, cache, head)
     assert calls == (["stack_forward"] if bias else ["stack_last_logits"])
     torch.testing.assert_close(got, want[:, -1])
