@@ -83,9 +83,9 @@ class RowSampling:
         self.top_k.index_copy_(0, rows, values.top_k)
         self.top_p.index_copy_(0, rows, values.top_p)
 
-    def select(self, rows: Tensor | int, active: Tensor | None = None) -> RowSampling:
-        """The given rows [n], or the first `rows` (views: no gathers); those where `active` is
-        False become greedy (they draw nothing)."""
+    def select(self, rows: Tensor | slice | int, active: Tensor | None = None) -> RowSampling:
+        """The given rows [n], a range of them or the first `rows` (views: no gathers); those where
+        `active` is False become greedy (they draw nothing)."""
         pick = slice(rows) if isinstance(rows, int) else rows
         do_sample = self.do_sample[pick]
         if active is not None:
