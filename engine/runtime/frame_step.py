@@ -237,13 +237,12 @@ class FrameStepper:
         step's: their state read as views, where gathers were some fifteen kernels a step) ->
         code 0 [n], with penalty, suppression and min length; a slot listed twice must come with
         equal logits (its writes then agree)."""
-        pick = rows
-        no_eos = self.suppress_eos[pick] | (self.frames_done[pick] < MIN_FRAMES)
-        seen, penalty = self.seen[pick], self.penalty[pick]
+        no_eos = self.suppress_eos[rows] | (self.frames_done[rows] < MIN_FRAMES)
+        seen, penalty = self.seen[rows], self.penalty[rows]
         params, seed, counter = (
             self.talker_sampling.select(rows, active),
-            self.seed[pick],
-            self.rounds[pick] << 4,
+            self.seed[rows],
+            self.rounds[rows] << 4,
         )
         kernels = self.talker.kernels
         if kernels.fused_draw:
@@ -256,7 +255,7 @@ class FrameStepper:
             code0 = kernels.fuse(choose_code0)(
                 logits, seen, penalty, self.banned, no_eos, params, seed, counter, draw
             )
-        self.rounds[pick] += active
+        self.rounds[rows] += active
         self.seen[self._slot_index[rows] if isinstance(rows, slice) else rows, code0] |= active
         return code0
 
@@ -443,7 +442,7 @@ class FrameStepper:
             self._compute(slice(0, b), draw, span)
             return
         # Each half's first row 16-byte aligned in every state tensor, as compiled kernels assume of
-        # their inputs (the bool ones too from 64 rows: the buckets there are multiples of 32).
+        # their inputs: an even row for the 8-byte ones, and from 64 rows a multiple of 16 for all.
         half = b // 2 // 16 * 16 if b >= 64 else b // 2 & ~1
         halves = (slice(0, half), slice(half, b))
         if self._sides is None:
