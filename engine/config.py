@@ -289,11 +289,6 @@ class EngineConfig:
     # kernel (engine.fused_conv.unit): its dilated conv, the activation and the 1x1 conv with the
     # residual. A graphed 256 x 8 decoder pass on an H200 went 35.2 -> 33.3 ms (docs/engine.md).
     fused_unit: bool = True
-    # With CUDA graphs, a frame step of at least this many rows runs as two halves on two CUDA
-    # streams at once (engine/runtime/frame_step.py, `FrameStepper._run`); 0: never. On trial: at a
-    # few hundred rows the step's kernels are latency-bound (a 0.6B code-predictor frame took 3.16
-    # ms at 128 rows, 3.64 at 256), but two batches at once are not yet measured (docs/engine.md).
-    step_halves_from: int = 0
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     chunks: ChunkSchedule = field(default_factory=ChunkSchedule)
     urgent_chunks: UrgentChunks = field(default_factory=UrgentChunks)
@@ -313,16 +308,10 @@ class EngineConfig:
             raise InvalidOptions(f"kv_length must be >= 64, got {self.kv_length}")
         if self.lookahead_tokens < 1 or self.max_prefills_per_step < 1:
             raise InvalidOptions("lookahead_tokens and max_prefills_per_step must be >= 1")
-        if self.step_halves_from and self.step_halves_from < 4:
-            raise InvalidOptions(
-                f"step_halves_from must be 0 (never) or at least 4, got {self.step_halves_from}"
-            )
         if self.max_buffered_seconds <= 0:
             raise InvalidOptions(f"max_buffered_seconds must be > 0, got {self.max_buffered_seconds}")
         if self.backend == "vllm" and self.prefill_wait.max_s > 0:
             raise InvalidOptions("prefill_wait is the torch scheduler's; vLLM schedules its own prefills")
-        if self.backend == "vllm" and self.step_halves_from:
-            raise InvalidOptions("step_halves_from is the torch frame step's; vLLM runs its own steps")
         if self.backend == "vllm" and self.first_chunk_alone.rows > 0:
             raise InvalidOptions("first_chunk_alone is the torch scheduler's; vLLM launches its own steps")
 

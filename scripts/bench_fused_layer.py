@@ -5,8 +5,6 @@ figure a CUDA graph of the work replayed (CUDA only; docs/log/2026-11.md, "The f
   stack      a code-predictor frame (its 5 layers run 15 times: 2 positions, then 14 x 1) and a
              talker step (28 layers, span 128) per batch, fused (with and without programmatic
              dependent launch, engine.pdl) and unfused, and how far apart their outputs are
-  split      a talker step and a code-predictor frame for B streams in one batch, against two
-             batches of B / 2 one after the other and at once on two CUDA streams
   attention  `attend` against q/k norm + RoPE + KV write + few-row attention, per call
   gemv       the GEMV's blocks swept per projection and row count, against cuBLAS
   draw       engine/kernels/fused_draw.py's draw + embedding row against `sampling.sample` + an embedding
@@ -168,67 +166,6 @@ def bench_stack() -> list[dict]:
                 ),
             },
             "talker_max_difference": talker_gap.item(),
-        }
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-    return rows
-
-
-def frame_and_step(
-    predictor: DecoderStack, talker: DecoderStack, rows: int, talker_span: int = 320
-) -> Callable[[], None]:
-    """One 0.6B frame's decoder work for `rows` streams, on caches of their own: a talker step (one
-    new position each, keys over `talker_span` positions) and a code-predictor frame (5 layers 15
-    times: 2 positions, then 14 x 1). The engine's kernels as `kernels()` has them bound."""
-    cache = predictor.new_cache(rows, 16)
-    x2 = torch.randn(rows, 2, 1024, device=DEVICE, dtype=DTYPE)
-    x1 = torch.randn(rows, 1, 1024, device=DEVICE, dtype=DTYPE)
-    first = torch.arange(2, device=DEVICE).expand(rows, 2).contiguous()
-    later = [torch.full((rows, 1), k, device=DEVICE, dtype=torch.long) for k in range(2, 16)]
-    talker_cache = talker.new_cache(rows, 512)
-    talker_cache.k.normal_()
-    talker_cache.v.normal_()
-    spanned = KVCache(talker_cache.k, talker_cache.v, talker_cache.cos, talker_cache.sin, span=talker_span)
-    positions = torch.randint(talker_span - 100, talker_span, (rows, 1), device=DEVICE)
-
-    def run() -> None:
-        talker(x1, positions, spanned)
-        predictor(x2, first, cache)
-        for at in later:
-            predictor(x1, at, cache)
-
-    return run
-
-
-def bench_split() -> list[dict]:
-    """Whether the GPU has room for two batches at once: a talker step and a code-predictor frame
-    (`frame_and_step`) for B streams in one batch, against the same for two batches of B / 2, one
-    after the other on one CUDA stream and at once on two; ms per graphed call."""
-    predictor, talker, rows = stack_of(5), stack_of(28), []
-    kernels().bind(predictor, talker)
-    for b in (64, 128, 256, 512):
-        whole = frame_and_step(predictor, talker, b)
-        halves = (frame_and_step(predictor, talker, b // 2), frame_and_step(predictor, talker, b // 2))
-        sides = (torch.cuda.Stream(), torch.cuda.Stream())
-
-        def serial(halves=halves) -> None:
-            for half in halves:
-                half()
-
-        def concurrent(halves=halves, sides=sides) -> None:
-            here = torch.cuda.current_stream()
-            for half, side in zip(halves, sides, strict=True):
-                side.wait_stream(here)
-                with torch.cuda.stream(side):
-                    half()
-            for side in sides:
-                here.wait_stream(side)
-
-        row = {
-            "batch": b,
-            "one_batch_ms": round(graph_ms(whole), 3),
-            "two_halves_one_stream_ms": round(graph_ms(serial), 3),
-            "two_halves_two_streams_ms": round(graph_ms(concurrent), 3),
         }
         print(json.dumps(row), flush=True)
         rows.append(row)
@@ -617,8 +554,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "mode",
-        choices=["stack", "split", "attention", "gemv", "draw", "snake", "conv", "conv-sweep", "conv-passes"],
+        "mode", choices=["stack", "attention", "gemv", "draw", "snake", "conv", "conv-sweep", "conv-passes"]
     )
     parser.add_argument("--out", type=Path, help="write the rows here as JSON")
     args = parser.parse_args()
@@ -627,7 +563,6 @@ def main() -> None:
     with torch.inference_mode():
         modes = {
             "stack": bench_stack,
-            "split": bench_split,
             "attention": bench_attention,
             "gemv": bench_gemv,
             "draw": bench_draw,

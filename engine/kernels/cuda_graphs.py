@@ -64,15 +64,6 @@ class GraphCapture:
                 return stream
         raise RuntimeError(f"every pooled CUDA stream of {device} is taken by a component's graphs")
 
-    def side_streams(self, count: int) -> tuple[torch.cuda.Stream, ...]:
-        """`count` more streams of this component's own, that its captured work may fork to and
-        join back from (taken as the capture stream is, so no other component's GEMMs share their
-        cuBLAS workspaces)."""
-        streams = tuple(self._new_stream(self.device) for _ in range(count))
-        for stream in streams:
-            weakref.finalize(self, GraphCapture._taken.discard, stream.cuda_stream)
-        return streams
-
     def __call__(self, run: Callable[[], None]) -> torch.cuda.CUDAGraph:
         """Warm `run` up on the capture stream (first calls allocate, compile and pick kernels),
         then capture it. The warm-up runs execute for real: the caller makes them harmless."""

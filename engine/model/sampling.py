@@ -83,13 +83,14 @@ class RowSampling:
         self.top_k.index_copy_(0, rows, values.top_k)
         self.top_p.index_copy_(0, rows, values.top_p)
 
-    def select(self, rows: Tensor | slice, active: Tensor | None = None) -> RowSampling:
-        """The given rows [n], or a range of them (views: no gathers); those where `active` is
+    def select(self, rows: Tensor | int, active: Tensor | None = None) -> RowSampling:
+        """The given rows [n], or the first `rows` (views: no gathers); those where `active` is
         False become greedy (they draw nothing)."""
-        do_sample = self.do_sample[rows]
+        pick = slice(rows) if isinstance(rows, int) else rows
+        do_sample = self.do_sample[pick]
         if active is not None:
             do_sample = do_sample & active
-        return RowSampling(do_sample, self.temperature[rows], self.top_k[rows], self.top_p[rows])
+        return RowSampling(do_sample, self.temperature[pick], self.top_k[pick], self.top_p[pick])
 
 
 def apply_repetition_penalty(logits: Tensor, seen: Tensor, penalty: Tensor | float) -> Tensor:

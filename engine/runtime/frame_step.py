@@ -109,7 +109,6 @@ class FrameStepper:
         graphs: bool = False,
         pad: bool = False,
         max_prefills: int = 32,
-        halves_from: int = 0,
     ) -> None:
         cfg = talker.cfg
         self.talker = talker
@@ -185,12 +184,6 @@ class FrameStepper:
         # One graph per (bucket, draw, span): TOP_K serves greedy slots too, FULL serves every slot.
         self._graphs: dict[tuple[int, Draw, int], torch.cuda.CUDAGraph] | None = {} if graphs else None
         self._capture = cuda_graphs.GraphCapture(device) if graphs else None
-        if halves_from and halves_from < 4:
-            raise ValueError(f"halves_from must be 0 (never) or at least 4 rows, got {halves_from}")
-        self.halves_from = halves_from
-        # Graphed, the halves run on two streams of their own at once (each GEMM keeps the cuBLAS
-        # workspace of the stream it was captured on: see cuda_graphs.GraphCapture).
-        self._sides = self._capture.side_streams(2) if self._capture is not None and halves_from else None
 
     def configure(self, slot: int, options: GenerationOptions, seed: int | None) -> None:
         """Give `slot` a stream's settings and noise seed (None: a random one). They are staged on
@@ -232,17 +225,18 @@ class FrameStepper:
         """`slot` holds no sequence any more: its position no longer widens the attention span."""
         self._occupied[slot] = False
 
-    def _first_code(self, logits: Tensor, rows: Tensor | slice, active: Tensor, draw: Draw) -> Tensor:
-        """Codebook-0 logits [n, V] of slots `rows` [n] (a prefill's), or of a range of slots (a
-        step's: their state read as views, where gathers were some fifteen kernels a step) ->
+    def _first_code(self, logits: Tensor, rows: Tensor | int, active: Tensor, draw: Draw) -> Tensor:
+        """Codebook-0 logits [n, V] of slots `rows` [n] (a prefill's), or of the first `rows` slots
+        (a step's: their state read as views, where gathers were some fifteen kernels a step) ->
         code 0 [n], with penalty, suppression and min length; a slot listed twice must come with
         equal logits (its writes then agree)."""
-        no_eos = self.suppress_eos[rows] | (self.frames_done[rows] < MIN_FRAMES)
-        seen, penalty = self.seen[rows], self.penalty[rows]
+        pick = slice(rows) if isinstance(rows, int) else rows
+        no_eos = self.suppress_eos[pick] | (self.frames_done[pick] < MIN_FRAMES)
+        seen, penalty = self.seen[pick], self.penalty[pick]
         params, seed, counter = (
             self.talker_sampling.select(rows, active),
-            self.seed[rows],
-            self.rounds[rows] << 4,
+            self.seed[pick],
+            self.rounds[pick] << 4,
         )
         kernels = self.talker.kernels
         if kernels.fused_draw:
@@ -255,8 +249,8 @@ class FrameStepper:
             code0 = kernels.fuse(choose_code0)(
                 logits, seen, penalty, self.banned, no_eos, params, seed, counter, draw
             )
-        self.rounds[rows] += active
-        self.seen[self._slot_index[rows] if isinstance(rows, slice) else rows, code0] |= active
+        self.rounds[pick] += active
+        self.seen[self._slot_index[pick] if isinstance(rows, int) else rows, code0] |= active
         return code0
 
     def clear(self, slot: int) -> None:
@@ -359,7 +353,7 @@ class FrameStepper:
         )
         draw = max((d for a, d in zip(active, self.draws, strict=False) if a), default=Draw.GREEDY)
         if self._graphs is None:
-            self._run(b, draw, self.attention_span(b, draw))
+            self._compute(b, draw, self.attention_span(b, draw))
         else:
             draw = max(draw, Draw.TOP_K)  # the top-k graph serves greedy rows too
             self._graph(b, draw, self.attention_span(b, draw)).replay()
@@ -427,50 +421,26 @@ class FrameStepper:
         saved = self.inputs[:b].clone()
         self.inputs[:b] = 0
         assert self._capture is not None
-        graph = self._capture(lambda: self._run(b, draw, span))
+        graph = self._capture(lambda: self._compute(b, draw, span))
         self._graphs[(b, draw, span)] = graph
         self.inputs[:b] = saved
         log.debug("captured the frame step for batch %d, %s draws, span %d", b, draw.name, span)
         return graph
 
-    def _run(self, b: int, draw: Draw, span: int) -> None:
-        """The step over rows [0, b): at once, or from `halves_from` rows as two halves, which
-        graphed run on two CUDA streams at the same time. Rows do not meet in a step (each has its
-        own KV, state and noise), so halves step the same codes as the whole; at a few hundred rows
-        the step's kernels are latency-bound and leave the GPU room for a second batch beside them."""
-        if not self.halves_from or b < self.halves_from:
-            self._compute(slice(0, b), draw, span)
-            return
-        # Each half's first row 16-byte aligned in every state tensor, as compiled kernels assume of
-        # their inputs: an even row for the 8-byte ones, and from 64 rows a multiple of 16 for all.
-        half = b // 2 // 16 * 16 if b >= 64 else b // 2 & ~1
-        halves = (slice(0, half), slice(half, b))
-        if self._sides is None:
-            for rows in halves:
-                self._compute(rows, draw, span)
-            return
-        here = torch.cuda.current_stream(self.device)
-        for rows, side in zip(halves, self._sides, strict=True):
-            side.wait_stream(here)
-            with torch.cuda.stream(side):
-                self._compute(rows, draw, span)
-        for side in self._sides:
-            here.wait_stream(side)
-
-    def _compute(self, rows: slice, draw: Draw, span: int) -> None:
-        """The step over a range of rows, attending to positions [0, span), from `inputs` to
-        `outputs` and the slot state: fixed shapes, no host sync, so it can be captured."""
+    def _compute(self, b: int, draw: Draw, span: int) -> None:
+        """The step over rows [0, b), attending to positions [0, span), from `inputs` to `outputs`
+        and the slot state: fixed shapes, no host sync, so it can be captured."""
         talker = self.talker
-        mask = self.inputs[rows, 0] != 0
-        text_rows = talker.embed_text(self.inputs[rows, 1])
-        hidden, code0 = self.hidden[rows], self.code0[rows]
+        mask = self.inputs[:b, 0] != 0
+        text_rows = talker.embed_text(self.inputs[:b, 1])
+        hidden, code0 = self.hidden[:b], self.code0[:b]
         residual = talker.code_predictor.predict(
             hidden,
             talker.embed_codec(code0),
-            self.predictor_cache.rows(rows.start, rows.stop),
-            self.predictor_sampling.select(rows, mask),
-            self.seed[rows],
-            self.rounds[rows] << 4,
+            self.predictor_cache.rows(0, b),
+            self.predictor_sampling.select(b, mask),
+            self.seed[:b],
+            self.rounds[:b] << 4,
             draw,
         )
         frame = torch.cat((code0[:, None], residual), dim=1)
@@ -478,14 +448,14 @@ class FrameStepper:
         # A row that is not stepping may sit at kv_length (its sequence ended at the bound), or
         # past the span (it holds no sequence); its throwaway write goes to the span's last
         # position instead, which its sequence, if any, writes before it reads.
-        positions = self.pos[rows].clamp(max=span - 1)
-        new_hidden, logits = talker(x, positions[:, None], self.cache.rows(rows.start, rows.stop, span))
+        positions = self.pos[:b].clamp(max=span - 1)
+        new_hidden, logits = talker(x, positions[:, None], self.cache.rows(0, b, span))
         logits = logits[:, -1]
-        self.outputs[rows, -1] = torch.isfinite(logits).all(dim=-1)
-        self.hidden[rows] = torch.where(mask[:, None], new_hidden[:, -1], hidden)
-        self.pos[rows] += mask
-        self.frames_done[rows] += mask
-        next_code0 = self._first_code(logits, rows, mask, draw)
-        self.code0[rows] = torch.where(mask, next_code0, code0)
-        self.outputs[rows, : frame.shape[1]] = frame
-        self.outputs[rows, -2] = next_code0
+        self.outputs[:b, -1] = torch.isfinite(logits).all(dim=-1)
+        self.hidden[:b] = torch.where(mask[:, None], new_hidden[:, -1], hidden)
+        self.pos[:b] += mask
+        self.frames_done[:b] += mask
+        next_code0 = self._first_code(logits, b, mask, draw)
+        self.code0[:b] = torch.where(mask, next_code0, code0)
+        self.outputs[:b, : frame.shape[1]] = frame
+        self.outputs[:b, -2] = next_code0

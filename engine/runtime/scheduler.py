@@ -95,7 +95,6 @@ class Scheduler:
             config.kv_length,
             graphs=config.cuda_graphs and on_cuda,
             max_prefills=config.max_prefills_per_step,
-            halves_from=config.step_halves_from,
         )
         if config.cuda_graphs and on_cuda:
             self.stepper.capture()

@@ -188,16 +188,6 @@ def test_first_chunk_alone_is_off_unless_set_and_the_torch_schedulers_alone() ->
         EngineConfig(backend="vllm", first_chunk_alone=FirstChunkAlone(rows=8))
 
 
-def test_step_halves_are_off_unless_set_and_the_torch_steps_alone() -> None:
-    assert EngineConfig().step_halves_from == 0
-    assert EngineConfig.from_yaml(CONFIGS / "gpu.yaml").step_halves_from == 0  # on trial, not yet measured
-    assert EngineConfig.from_dict({"step_halves_from": 128}).step_halves_from == 128
-    with pytest.raises(InvalidOptions, match="step_halves_from must be 0 \\(never\\) or at least 4, got 2"):
-        EngineConfig(step_halves_from=2)
-    with pytest.raises(InvalidOptions, match="vLLM runs its own steps"):
-        EngineConfig(backend="vllm", step_halves_from=128)
-
-
 def test_the_speech_guard_section_and_its_bound() -> None:
     assert EngineConfig().speech_guard == SpeechGuard(after_text_s=3.0, per_token_s=0.5)
     guard = EngineConfig.from_dict({"speech_guard": {"after_text_s": 2.0}}).speech_guard

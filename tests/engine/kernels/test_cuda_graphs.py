@@ -39,22 +39,6 @@ def test_each_component_captures_on_a_stream_of_its_own() -> None:
 
 
 @cuda
-def test_side_streams_are_the_components_own() -> None:
-    """Streams a component's captures fork to are taken from the pool as its capture stream is, and
-    given back with it."""
-    device = torch.device("cuda")
-    capture = cuda_graphs.GraphCapture(device)
-    sides = capture.side_streams(2)
-    mine = {capture.stream.cuda_stream, *(side.cuda_stream for side in sides)}
-    assert len(mine) == 3 and mine <= cuda_graphs.GraphCapture._taken
-    other = cuda_graphs.GraphCapture(device)
-    assert other.stream.cuda_stream not in mine
-    del capture, sides
-    gc.collect()
-    assert not mine & cuda_graphs.GraphCapture._taken
-
-
-@cuda
 def test_graphs_of_two_components_replayed_at_once_give_their_eager_results() -> None:
     """Two GEMMs of a shape cuBLAS splits over k (it keeps partial sums in its workspace), each
     captured by its own component and replayed at the same time on two streams, as the talker's

@@ -71,27 +71,6 @@ def test_padding_to_a_bucket_changes_nothing(model: Qwen3TTS, greedy: list[bool]
     assert plain[0].shape[1] == 18 and (plain[-1][:, -1] == 1).all()  # 16 codes, next code 0, finite
 
 
-@pytest.mark.parametrize("greedy", [[True, False, True], [False, True, False, True, False]])
-def test_a_step_in_two_halves_steps_the_same_codes(model: Qwen3TTS, greedy: list[bool]) -> None:
-    """Three streams step padded to four rows, as halves of 2 and 2; five as halves of 2 and 3."""
-    whole = _run(model, FrameStepper(model.talker, SLOTS, 64, pad=True), greedy)
-    halved_stepper = FrameStepper(model.talker, SLOTS, 64, pad=True, halves_from=4)
-    halves: list[slice] = []
-    compute = halved_stepper._compute
-    halved_stepper._compute = lambda rows, draw, span: halves.append(rows) or compute(rows, draw, span)
-    halved = _run(model, halved_stepper, greedy)
-    for a, b in zip(whole, halved, strict=True):
-        assert torch.equal(a, b)
-    n = 4 if len(greedy) == 3 else 5
-    assert halves[:2] == [slice(0, 2), slice(2, n)]
-    assert len(halves) == 2 * 6  # every step halved
-
-
-def test_halves_take_four_rows_at_least(model: Qwen3TTS) -> None:
-    with pytest.raises(ValueError, match="at least 4 rows, got 3"):
-        FrameStepper(model.talker, SLOTS, 64, halves_from=3)
-
-
 def test_one_batched_prefill_equals_one_per_stream(model: Qwen3TTS) -> None:
     """Prompts of different lengths (6, 7, 8 rows) padded into one call start the same sequences."""
     greedy = [False, True, False]
@@ -269,21 +248,6 @@ def test_graphed_steps_equal_eager_steps_on_cuda(tiny_checkpoints, dtype: str, f
         graphed = _run(model, graphed_stepper, greedy, steps=40)
         for a, b in zip(eager, graphed, strict=True):
             assert torch.equal(a, b)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-def test_graphed_halves_on_two_streams_equal_eager_halves_on_cuda(tiny_checkpoints) -> None:
-    """The two halves of a step captured on two CUDA streams at once step what they step one after
-    the other, eagerly: the same shapes, so the same kernels and codes."""
-    model = Qwen3TTS.load(tiny_checkpoints["custom_voice"], device="cuda", dtype="bfloat16")
-    model.use_kernels(Kernels.resolve(EngineConfig(device="cuda", fuse_kernels=False), model.device))
-    greedy = [False, True, False, True, False]
-    eager = _run(model, FrameStepper(model.talker, SLOTS, 64, pad=True, halves_from=4), greedy, steps=40)
-    graphed_stepper = FrameStepper(model.talker, SLOTS, 64, graphs=True, halves_from=4)
-    graphed_stepper.capture()
-    graphed = _run(model, graphed_stepper, greedy, steps=40)
-    for a, b in zip(eager, graphed, strict=True):
-        assert torch.equal(a, b)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fused kernels are compiled on CUDA only")

@@ -108,21 +108,6 @@ def test_a_non_finite_stream_fails_alone(model: Qwen3TTS) -> None:
     assert scheduler.streams.used_slots == 0 and scheduler.streams.count == 0
 
 
-def test_steps_in_halves_speak_as_whole_steps(model: Qwen3TTS) -> None:
-    """`step_halves_from` reaches the frame step: five streams, stepped in halves from four rows,
-    give each stream the codes that whole steps give it."""
-    texts = ["One voice.", "A second, longer voice.", "Three.", "A fourth one here.", "And five."]
-    codes = []
-    for halves_from in (0, 4):
-        scheduler, recorder = _scheduler(model, max_streams=5, kv_length=128, step_halves_from=halves_from)
-        assert scheduler.stepper.halves_from == halves_from
-        streams = [_open(model, scheduler, text, max_frames=10) for text in texts]
-        _run(scheduler, recorder, streams)
-        codes.append([torch.stack(recorder.codes[s.id]) for s in streams])
-    for whole, halved in zip(*codes, strict=True):
-        assert whole.shape == (10, 16) and torch.equal(whole, halved)
-
-
 def test_a_sequence_cut_short_by_the_kv_bound_keeps_its_text(model: Qwen3TTS) -> None:
     text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen " * 3
     scheduler, recorder = _scheduler(model, max_streams=1, kv_length=64, segments=SegmentPolicy(None, None))
