@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import resource
 import statistics
 import time
@@ -29,6 +30,8 @@ from voicewire.engine.runtime.gc_pauses import settle_engine_collector
 from voicewire.engine.runtime.handle import StreamHandle
 from voicewire.engine.runtime.metrics import histogram_report
 from voicewire.engine.runtime.stream import SAMPLE_RATE
+
+log = logging.getLogger(__name__)
 
 BENCH_TEXT = (
     "Thanks for calling. I found your order, and it shipped this morning. It should arrive on "
@@ -217,20 +220,37 @@ def parse_arms(specs: list[str], rounds: int, config: EngineConfig) -> dict[str,
 async def run_arms(engine: Engine, settings: BenchSettings, arms: list[str], rounds: int) -> dict:
     """The same run as configured and under each arm (`parse_arms`) in turn, `rounds` times over, on
     one engine: one load and one graph capture for all, and the arms interleaved so that a drift of
-    the machine's speed falls on all of them. The engine's settings come back after."""
+    the machine's speed falls on all of them. Every other round runs them backwards (A B C, C B A):
+    a lent H100 sped up by 2-12% from one round to the next, which one order hands to the arms run
+    last, and a steady drift cancels over an even number of rounds. Each arm's runs are also read
+    against the configured run of their round (`to_configured`). The engine's settings come back
+    after."""
     tunings = parse_arms(arms, rounds, engine.config)
     configured = {name: getattr(engine.config, name) for name in LIVE_SETTINGS}
     runs: dict[str, list[dict]] = {label: [] for label in tunings}
+    order = list(tunings.items())
     try:
-        for _ in range(rounds):
-            for label, tuning in tunings.items():
+        for round_ in range(rounds):
+            for label, tuning in order if round_ % 2 == 0 else order[::-1]:
                 # Between runs no stream is open: nothing waits under the settings before.
                 engine.tune(**(configured | tuning))
                 runs[label].append(await run_bench(engine, settings))
     finally:
         engine.tune(**configured)
+    baseline = [r["aggregate_audio_s_per_s"] for r in runs["configured"]]
+    for label, arm_runs in runs.items():  # the A/B at a glance, above the JSON report
+        to_configured = _to_configured([r["aggregate_audio_s_per_s"] for r in arm_runs], baseline)
+        log.info(
+            "%s: audio-s/s %s, to configured %s (median %s); first chunk p50 / p95 ms %s",
+            label,
+            ", ".join(f"{r['aggregate_audio_s_per_s']:.1f}" for r in arm_runs),
+            to_configured["rounds"],
+            to_configured["median"],
+            ", ".join(f"{r['first_chunk_ms']['p50']} / {r['first_chunk_ms']['p95']}" for r in arm_runs),
+        )
     return {
         "rounds": rounds,
+        "order": "the arms in turn, every other round backwards",
         "arms": [
             {
                 "arm": label,
@@ -240,10 +260,24 @@ async def run_arms(engine: Engine, settings: BenchSettings, arms: list[str], rou
                 "aggregate_audio_s_per_s_median": round(
                     statistics.median(r["aggregate_audio_s_per_s"] for r in runs[label]), 3
                 ),
+                "to_configured": _to_configured(
+                    [r["aggregate_audio_s_per_s"] for r in runs[label]], baseline
+                ),
                 "runs": runs[label],
             }
             for label, tuning in tunings.items()
         ],
+    }
+
+
+def _to_configured(rates: list[float], baseline: list[float]) -> dict[str, Any]:
+    """An arm's audio-s/s over the configured run's of the same round, each round and their median:
+    a machine's drift between rounds moves both runs of a round alike."""
+    ratios = [rate / base if base > 0 else None for rate, base in zip(rates, baseline, strict=True)]
+    known = [r for r in ratios if r is not None]
+    return {
+        "rounds": [None if r is None else round(r, 4) for r in ratios],
+        "median": round(statistics.median(known), 4) if known else None,
     }
 
 

@@ -394,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECTION.FIELD=VALUE[,...]",
         help="A/B on one engine: the run as configured, then with these live settings (chunks, "
         "urgent_chunks, prefill_wait, first_chunk_alone; a list as 3/2/2/4/8); repeat for more arms. Arms take "
-        "turns, --rounds times; a report per run and each arm's median",
+        "turns, --rounds times, every other round backwards; a report per run, each arm's median "
+        "and its runs against the configured run of their round",
     )
     bench.add_argument("--rounds", type=int, default=1, help="with --arm: times the arms take their turns")
     bench.add_argument(

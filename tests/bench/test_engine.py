@@ -3,6 +3,7 @@ report, and A/B arms on one engine (the CLI's report is tested in tests/server/t
 
 import asyncio
 import gc
+import logging
 import time
 
 import pytest
@@ -113,8 +114,9 @@ def test_the_report_counts_only_its_run_s_collections(tiny_models, monkeypatch: 
     assert activity["gc_full_pause_ms"]["count"] == len(full)
 
 
-def test_arms_take_turns_on_one_engine(tiny_models) -> None:
-    """As configured, then each arm, in turn per round; the configured settings come back after."""
+def test_arms_take_turns_on_one_engine(tiny_models, caplog: pytest.LogCaptureFixture) -> None:
+    """As configured, then each arm, in turn per round and backwards every other round; the
+    configured settings come back after."""
     settings = BenchSettings(streams=2, frames=4, text_rate=0)
     config = EngineConfig(max_streams=4, kv_length=256, urgent_chunks=UrgentChunks(bulk_rows=1))
     arms = ["urgent_chunks.in_hand_s=0.5", "prefill_wait.max_s=0.01,prefill_wait.prompts=2"]
@@ -134,12 +136,14 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
 
         bench.run_bench = recording
         try:
-            report = asyncio.run(bench.run_arms(engine, settings, arms, rounds=2))
+            with caplog.at_level(logging.INFO, logger="voicewire.bench.engine"):
+                report = asyncio.run(bench.run_arms(engine, settings, arms, rounds=2))
         finally:
             bench.run_bench = run
         assert engine.config == config and engine.decoder_stage.urgent == config.urgent_chunks
         assert engine.scheduler.config == config
-    assert seen == [(0.0, 0.0, 8), (0.5, 0.0, 8), (0.0, 0.01, 2)] * 2
+    in_turn = [(0.0, 0.0, 8), (0.5, 0.0, 8), (0.0, 0.01, 2)]
+    assert seen == in_turn + in_turn[::-1]
     assert report["rounds"] == 2
     assert [arm["arm"] for arm in report["arms"]] == ["configured", *arms]
     assert report["arms"][1]["settings"]["urgent_chunks"] == {
@@ -158,6 +162,20 @@ def test_arms_take_turns_on_one_engine(tiny_models) -> None:
         assert len(rates) == 2
         assert arm["aggregate_audio_s_per_s_median"] == pytest.approx(sum(rates) / 2, abs=1e-3)
         assert all(r["audio_s"] == pytest.approx(2 * 4 * 0.08) for r in arm["runs"])
+        # Each run over the configured run of its own round.
+        ratios = [
+            r["aggregate_audio_s_per_s"] / base["aggregate_audio_s_per_s"]
+            for r, base in zip(arm["runs"], report["arms"][0]["runs"], strict=True)
+        ]
+        assert arm["to_configured"]["rounds"] == pytest.approx(ratios, abs=1e-4)
+        assert arm["to_configured"]["median"] == pytest.approx(sum(ratios) / 2, abs=1e-4)
+    assert report["arms"][0]["to_configured"] == {"rounds": [1.0, 1.0], "median": 1.0}
+    # One line an arm, in the arms' order, before the JSON report.
+    lines = [r.getMessage() for r in caplog.records if r.name == "voicewire.bench.engine"]
+    assert [line.split(": audio-s/s ")[0] for line in lines] == ["configured", *arms]
+    assert "to configured [1.0, 1.0] (median 1.0)" in lines[0]
+    rates = ", ".join(f"{r['aggregate_audio_s_per_s']:.1f}" for r in report["arms"][1]["runs"])
+    assert lines[1].startswith(f"{arms[0]}: audio-s/s {rates}, to configured ")
 
 
 @pytest.mark.parametrize(
