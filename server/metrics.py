@@ -23,7 +23,7 @@ HOP_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.
 
 # The histograms `voicewire bench` reports beside the engine's (`engine.metrics.histogram_report`):
 # with the engine's player_gap, they tell whether a gap was made before the decoder's output, on
-# the server's way to the socket, or after it.
+# the server's way to the socket (IPC and Opus, then the send loop), or after it.
 SERVER_HISTOGRAMS = {
     "chunk_delivery_ms": "voicewire_chunk_delivery_seconds",
     # chunk_delivery_ms in its hops, which add up to it: the first two from an engine process only
@@ -35,6 +35,8 @@ SERVER_HISTOGRAMS = {
     # A context's first chunk alone, which its first audio waits for, and its encode hop.
     "first_chunk_delivery_ms": "voicewire_first_chunk_delivery_seconds",
     "first_chunk_encode_ms": "voicewire_first_chunk_encode_seconds",
+    # The engine's player again where the audio is queued for the socket, and where it is written.
+    "queued_player_gap_ms": "voicewire_queued_player_gap_seconds",
     "socket_player_gap_ms": "voicewire_socket_player_gap_seconds",
 }
 
@@ -117,6 +119,12 @@ class Metrics:
             "voicewire_first_chunk_encode_seconds",
             "voicewire_chunk_encode_seconds of a context's first chunk with audio",
             HOP_BUCKETS,
+        )
+        self.queued_player_gap = self._histogram(
+            "voicewire_queued_player_gap_seconds",
+            "Gaps a player with a 200 ms start buffer would hear in a context's audio as the server "
+            "queues it for the socket: after IPC and Opus, before the send loop",
+            HOST_PATH_BUCKETS,
         )
         self.socket_player_gap = self._histogram(
             "voicewire_socket_player_gap_seconds",

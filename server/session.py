@@ -97,6 +97,9 @@ class Context:
     underruns: int = 0  # as last reported by the client
     counted: bool = False  # in the contexts gauge (from its stream's opening until it finishes)
     player: SimulatedPlayer = field(default_factory=SimulatedPlayer)  # the listener's clock at the socket
+    # The same clock where its audio is queued for the socket, after IPC and Opus: a gap at the
+    # socket and not here was made by the send loop.
+    queued: SimulatedPlayer = field(default_factory=SimulatedPlayer)
     held: list[Callable[[StreamHandle], None]] = field(default_factory=list)  # requests while waiting
     words: WordTimer | None = None  # word timing, when the session asked for it
     played: int | None = None  # the last played_samples the client reported
@@ -616,6 +619,13 @@ class Session:
             self._fail(ProtocolError("slow_consumer", "the client stopped reading; audio backed up"))
             raise _SlowConsumer from None
         self._queued_audio_s += seconds
+        if seconds:
+            assert isinstance(message, p.Audio)  # only audio has seconds
+            context = self.contexts.get(message.context_id)
+            if context is not None:
+                gap = context.queued.add(time.monotonic(), seconds)
+                if gap > 0:
+                    self.metrics.queued_player_gap.observe(gap)
 
     def _audio_seconds(self, message: p.ServerMessage | None) -> float:
         if not isinstance(message, p.Audio) or self._settings is None:

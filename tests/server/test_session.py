@@ -130,6 +130,54 @@ def test_the_listener_at_the_socket_hears_the_gap_the_send_loop_made(
     assert socket.sends == (2 if frames else 15)
     count, total = _histogram(metrics, "voicewire_socket_player_gap_seconds")
     assert count == 1 and 0.3 < total < 1.5
+    # The last packet was queued late too: the gap was there before the send loop.
+    count, total = _histogram(metrics, "voicewire_queued_player_gap_seconds")
+    assert count == 1 and 0.3 < total < 1.5
+
+
+class _StallingSocket(_Socket):
+    """A socket whose write of its `stall_at`th message (counting from 0) waits `stall_s` first."""
+
+    def __init__(self, stall_at: int, stall_s: float) -> None:
+        super().__init__()
+        self.stall_at, self.stall_s = stall_at, stall_s
+
+    async def send_bytes(self, data: bytes) -> None:
+        if len(self.sent) == self.stall_at:
+            await asyncio.sleep(self.stall_s)
+        await super().send_bytes(data)
+
+
+def test_a_gap_the_send_loop_makes_is_heard_at_the_socket_and_not_where_audio_is_queued(
+    tiny_models, codec_pool: CodecPool
+) -> None:
+    """13 packets of 20 ms queued at once reach the queue's player together: 240 ms starts it and
+    260 ms never runs dry. The socket stalls 0.6 s before writing the last one, so its player runs
+    dry at 0.24 s and hears a gap of about 0.36 s that `queued_player_gap` does not."""
+
+    async def run() -> Metrics:
+        with Engine(tiny_models["custom_voice"], EngineConfig(max_streams=2, kv_length=128)) as engine:
+            socket, metrics = _StallingSocket(stall_at=1 + 12, stall_s=0.6), Metrics()
+            session = Session(socket, engine, Codec(MSGPACK), ServerConfig(), codec_pool, metrics)  # type: ignore[arg-type]
+            await session._handle(
+                p.Start(type="start", voice={"speaker": "vivian"}, format={"encoding": "pcm_s16le"})
+            )
+            session.contexts["c"] = Context("c", None, AudioEncoder(session._settings.format))  # type: ignore[arg-type,union-attr]
+            packet = session._settings.format.sample_rate // 50  # type: ignore[union-attr]
+            sender = asyncio.create_task(session._send_loop())
+            for seq in range(13):
+                session._emit(
+                    p.Audio(context_id="c", seq=seq, pts=seq * packet, samples=packet, data=b"\0\0" * packet)
+                )
+            session._outbox.put_nowait(None)
+            await sender
+            assert len(socket.sent) == 1 + 13  # ready, then every audio message
+            return metrics
+
+    metrics = asyncio.run(run())
+    assert _histogram(metrics, "voicewire_queued_player_gap_seconds") == (0, 0)
+    count, total = _histogram(metrics, "voicewire_socket_player_gap_seconds")
+    assert count == 1 and 0.3 < total < 1.5
 
 
 def test_a_context_s_first_packet_goes_out_before_the_codec_threads_encode_the_rest(
