@@ -8,8 +8,10 @@
 #   PROFILE: that server's profile (a path from TREE, or absolute) in place of CONFIG, so that
 #   one build's settings are compared on one machine (e.g. fifo=.:/tmp/fifo.yaml, a copy of
 #   configs/gpu.yaml with server.codec_horizon_s: 0).
-#   writes OUT_DIR/TAG.json, .md, .serve.log and .metrics.txt for each, as bench_gpu.sh does, and
-#   OUT_DIR/comparison.md: the builds side by side (scripts/compare_bench.py).
+#   writes OUT_DIR/TAG.json, .md, .serve.log and .metrics.txt for each, as bench_gpu.sh does,
+#   TAG.machine.json (the machine's speed just before that server: bench/machine.py),
+#   OUT_DIR/comparison.md: the builds side by side (scripts/compare_bench.py), and
+#   OUT_DIR/machine.end.json (its speed after the last).
 # Settings from the environment:
 #   SIZE (0.6b), LEVELS (256), and bench_gpu.sh's own (RATE, SESSIONS, CANCEL_EVERY, FRAMES, CONFIG,
 #   WORKERS); the default is `busy`: RATE=0 SESSIONS=10 CANCEL_EVERY=0.
@@ -81,6 +83,10 @@ for spec in "$@"; do
   for package in engine server client bench integrations; do
     ln -s "$tree/$package" "$links/voicewire/$package"
   done
+  # The machine's speed before this server (bench/machine.py): where two servers differ, whether
+  # the machine did too (a lent H100 ran a build at 1,226 audio-s/s and, an hour later, at 747).
+  PYTHONPATH=$links${base_path:+:$base_path} python3 -m voicewire.bench.machine | tee "$out/$tag.machine.json" ||
+    echo "$tag: the machine probe failed"
   started=$(date +%s)
   benches=()
   [ -n "${BENCHES:-}" ] && mapfile -t benches <<<"$BENCHES"
@@ -100,6 +106,7 @@ for spec in "$@"; do
   [ -f "$out/${spec%%=*}.json" ] && tables+=("${spec%%=*}=$out/${spec%%=*}.json")
 done
 [ ${#tables[@]} -gt 0 ] && python3 "$root/scripts/compare_bench.py" "${tables[@]}" | tee "$out/comparison.md"
+(cd "$root" && python3 -m voicewire.bench.machine) | tee "$out/machine.end.json" || echo "the machine probe failed"
 if [ -n "$cache" ]; then
   rm -f "$cache" "$cache".part-*
   tar cz -C "$TORCHINDUCTOR_CACHE_DIR" . | split -b 15M -a 2 - "$cache.part-"

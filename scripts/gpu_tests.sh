@@ -12,7 +12,7 @@ k=tests/engine/kernels
 first=($k/test_fused_conv.py $k/test_fused_snake.py $k/test_decoder_window.py $k/test_triton_kernels.py
   $k/test_pdl.py $k/test_pointwise.py $k/test_choice.py)
 second=($k/test_fused_layer.py $k/test_fused_draw.py $k/test_cuda_graphs.py
-  tests/engine/runtime/test_decoder_batch.py tests/engine/runtime/test_frame_step.py)
+  tests/engine/runtime/test_decoder_batch.py tests/engine/runtime/test_frame_step.py tests/bench/test_machine.py)
 status=0
 for f in $k/test_*.py; do
   case " ${first[*]} ${second[*]} " in

@@ -18,4 +18,4 @@ MYPYPATH="$tree" "$venv/bin/mypy" --config-file pyproject.toml \
   -m voicewire.engine.runtime.live_streams -m voicewire.engine.kernels.choice -m voicewire.engine.kernels.pdl \
   -m voicewire.engine.runtime.synthesis -m voicewire.bench.model -m voicewire.bench.engine \
   -m voicewire.bench.load -m voicewire.bench.session -m voicewire.bench.level -m voicewire.bench.lookahead \
-  -m voicewire.bench.server_http -m voicewire.bench.report -m voicewire.bench.service
+  -m voicewire.bench.server_http -m voicewire.bench.report -m voicewire.bench.service -m voicewire.bench.machine
