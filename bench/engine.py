@@ -238,14 +238,17 @@ async def run_arms(engine: Engine, settings: BenchSettings, arms: list[str], rou
     finally:
         engine.tune(**configured)
     baseline = [r["aggregate_audio_s_per_s"] for r in runs["configured"]]
+    ratios = {
+        label: _to_configured([r["aggregate_audio_s_per_s"] for r in arm_runs], baseline)
+        for label, arm_runs in runs.items()
+    }
     for label, arm_runs in runs.items():  # the A/B at a glance, above the JSON report
-        to_configured = _to_configured([r["aggregate_audio_s_per_s"] for r in arm_runs], baseline)
         log.info(
             "%s: audio-s/s %s, to configured %s (median %s); first chunk p50 / p95 ms %s",
             label,
             ", ".join(f"{r['aggregate_audio_s_per_s']:.1f}" for r in arm_runs),
-            to_configured["rounds"],
-            to_configured["median"],
+            ratios[label]["rounds"],
+            ratios[label]["median"],
             ", ".join(f"{r['first_chunk_ms']['p50']} / {r['first_chunk_ms']['p95']}" for r in arm_runs),
         )
     return {
@@ -260,9 +263,7 @@ async def run_arms(engine: Engine, settings: BenchSettings, arms: list[str], rou
                 "aggregate_audio_s_per_s_median": round(
                     statistics.median(r["aggregate_audio_s_per_s"] for r in runs[label]), 3
                 ),
-                "to_configured": _to_configured(
-                    [r["aggregate_audio_s_per_s"] for r in runs[label]], baseline
-                ),
+                "to_configured": ratios[label],
                 "runs": runs[label],
             }
             for label, tuning in tunings.items()
