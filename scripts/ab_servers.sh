@@ -75,6 +75,12 @@ if [ -n "$cache" ] && { [ -f "$cache" ] || compgen -G "$cache.part-*" >/dev/null
   echo "inductor cache: $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1) from $cache"
 fi
 base_path=${PYTHONPATH:-}
+# The machine's speed now (bench/machine.py), into FILE: where two servers differ, whether the
+# machine did too (a lent H100 ran a build at 1,226 audio-s/s and, an hour later, at 747). This
+# checkout's probe, run as a file (it imports only torch), so a build from before it has one too.
+probe() {
+  python3 "$root/bench/machine.py" | tee "$1" || echo "the machine probe failed: $1"
+}
 for spec in "$@"; do
   parse "$spec"
   tree=$(cd "$place" && pwd)
@@ -83,10 +89,7 @@ for spec in "$@"; do
   for package in engine server client bench integrations; do
     ln -s "$tree/$package" "$links/voicewire/$package"
   done
-  # The machine's speed before this server (bench/machine.py): where two servers differ, whether
-  # the machine did too (a lent H100 ran a build at 1,226 audio-s/s and, an hour later, at 747).
-  PYTHONPATH=$links${base_path:+:$base_path} python3 -m voicewire.bench.machine | tee "$out/$tag.machine.json" ||
-    echo "$tag: the machine probe failed"
+  probe "$out/$tag.machine.json"
   started=$(date +%s)
   benches=()
   [ -n "${BENCHES:-}" ] && mapfile -t benches <<<"$BENCHES"
@@ -106,7 +109,7 @@ for spec in "$@"; do
   [ -f "$out/${spec%%=*}.json" ] && tables+=("${spec%%=*}=$out/${spec%%=*}.json")
 done
 [ ${#tables[@]} -gt 0 ] && python3 "$root/scripts/compare_bench.py" "${tables[@]}" | tee "$out/comparison.md"
-(cd "$root" && python3 -m voicewire.bench.machine) | tee "$out/machine.end.json" || echo "the machine probe failed"
+probe "$out/machine.end.json"
 if [ -n "$cache" ]; then
   rm -f "$cache" "$cache".part-*
   tar cz -C "$TORCHINDUCTOR_CACHE_DIR" . | split -b 15M -a 2 - "$cache.part-"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -12,11 +13,15 @@ import torch
 from voicewire.bench import machine
 
 
-def test_the_host_s_python_rate_is_measured_over_its_time() -> None:
-    rate = machine.python_loops_per_s(seconds=0.05)
-    # A 2-core CI machine runs some tens of millions of these iterations a second; anything
-    # between a tenth of a million and a billion is a measurement, not a unit slip.
-    assert 0.1 < rate < 1000
+def test_the_host_s_python_rate_is_its_iterations_over_the_time_they_took(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a clock that moves 0.1 s a reading (starting at 0), a 0.25 s probe runs the loop (10,000
+    iterations) after the readings 0.1 and 0.2, stops at 0.3 and times itself at 0.4: 20,000
+    iterations in 0.4 s."""
+    readings = iter(0.1 * i for i in range(10))
+    monkeypatch.setattr(machine.time, "perf_counter", lambda: next(readings))
+    assert machine.python_loops_per_s(seconds=0.25) == pytest.approx(20_000 / 0.4 / 1e6)
 
 
 def test_the_probe_prints_one_json_line() -> None:
@@ -31,7 +36,7 @@ def test_the_probe_prints_one_json_line() -> None:
     report = json.loads(done.stdout)
     gpu = {"gemm_bf16_tflops", "copy_gb_per_s", "launch_us"} if torch.cuda.is_available() else set()
     assert set(report) == {"at", "python_mloops_per_s", "device"} | gpu
-    assert report["python_mloops_per_s"] > 0.1
+    assert report["python_mloops_per_s"] > 0
     assert report["device"] == (torch.cuda.get_device_name() if gpu else "cpu")
 
 
@@ -39,7 +44,6 @@ def test_the_probe_prints_one_json_line() -> None:
 def test_the_gpu_figures() -> None:
     report = machine.probe()
     assert report["device"] == torch.cuda.get_device_name()
-    # An H100 or H200: hundreds of bf16 TFLOP/s, terabytes a second, a launch in microseconds.
-    assert 50 < report["gemm_bf16_tflops"] < 2000  # type: ignore[operator]
-    assert 300 < report["copy_gb_per_s"] < 10_000  # type: ignore[operator]
-    assert 0.5 < report["launch_us"] < 100  # type: ignore[operator]
+    for key in ("gemm_bf16_tflops", "copy_gb_per_s", "launch_us"):
+        value = report[key]
+        assert isinstance(value, float) and math.isfinite(value) and value > 0, key
