@@ -383,9 +383,12 @@ class DecoderStage:
         stream a round: session 32's version,
         which let in every chunk short of `in_hand_s` between passes (no caps then), made first
         chunks later on every figure (docs/log/2026-11.md, "Urgent chunks and the decoder's
-        priority"). The scheduler's messages are applied here but the drop of a stream in the
-        round, which frees a row that may be in flight: it waits for the round's end."""
+        priority"). With `join_final` (`_joins_final`), the last chunk of a stream whose talker
+        ended meanwhile joins too, however much its listener has in hand. The scheduler's messages
+        are applied here but the drop of a stream in the round, which frees a row that may be in
+        flight: it waits for the round's end."""
         fed: set[int] = set()
+        ended: set[int] = set()  # streams whose talker ended meanwhile (with `join_final`)
         while True:
             try:
                 message = self._inbox.get_nowait()
@@ -397,12 +400,16 @@ class DecoderStage:
             self._apply(message)
             if message[0] == "frames":
                 fed.update(stream.id for stream in message[1])
+            elif message[0] == "mark" and message[2].close is not None:
+                ended.add(message[1].id)
+        if not self._joins_final():
+            ended.clear()
         self._reset_fresh()
         now = time.monotonic()
         joining = []
-        for stream_id in fed - self._in_round:
+        for stream_id in (fed | ended) - self._in_round:
             decoding = self._streams.get(stream_id)
-            if decoding is None or decoding.player.dry_at(now) > now:
+            if decoding is None or (stream_id not in ended and decoding.player.dry_at(now) > now):
                 continue
             n = decoding.due()
             if n:
@@ -410,6 +417,12 @@ class DecoderStage:
                 self._in_round.add(stream_id)
         self._joined += len(joining)
         return joining
+
+    def _joins_final(self) -> bool:
+        """Whether ended streams' last chunks join the round in flight: `join_final`, while no more
+        streams are open than `busy_streams` (a burst's rounds stay short)."""
+        busy = 0 < self.urgent.busy_streams < len(self._streams)
+        return self.urgent.join_final and not busy
 
     def _deliver(self, chunk: _Chunk) -> None:
         decoding, frames = chunk.decoding, chunk.frames

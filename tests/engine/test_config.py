@@ -103,14 +103,21 @@ def test_urgent_chunks_are_off_unless_set() -> None:
             EngineConfig.from_dict({"urgent_chunks": alone})
     with pytest.raises(
         InvalidOptions,
-        match="unknown urgent_chunks settings: in_hand; allowed: bulk_rows, busy_bulk_rows, busy_streams, in_hand_s, join_for_s, join_waiting, shared_passes, urgent_rows",
+        match="unknown urgent_chunks settings: in_hand; allowed: bulk_rows, busy_bulk_rows, busy_streams, in_hand_s, join_final, join_for_s, join_waiting, shared_passes, urgent_rows",
     ):
         EngineConfig.from_dict({"urgent_chunks": {"in_hand": 0.5}})
     joining = EngineConfig.from_dict({"urgent_chunks": {"in_hand_s": 1.0, "join_waiting": True}})
     assert joining.urgent_chunks == UrgentChunks(1.0, join_waiting=True, join_for_s=0.1)
     briefly = EngineConfig.from_dict({"urgent_chunks": {"join_waiting": True, "join_for_s": 0.02}})
     assert briefly.urgent_chunks.join_for_s == 0.02
-    for name in ("join_waiting", "shared_passes"):
+    finals = EngineConfig.from_dict({"urgent_chunks": {"join_waiting": True, "join_final": True}})
+    assert finals.urgent_chunks == UrgentChunks(join_waiting=True, join_final=True)
+    with pytest.raises(
+        InvalidOptions,
+        match=r"urgent_chunks\.join_final joins the round as join_waiting does: turn that on too",
+    ):
+        EngineConfig.from_dict({"urgent_chunks": {"join_final": True}})
+    for name in ("join_waiting", "shared_passes", "join_final"):
         with pytest.raises(
             InvalidOptions, match=f"urgent_chunks.{name} should be a valid boolean, got 'yes'"
         ):

@@ -315,8 +315,10 @@ def test_a_chunk_s_pieces_join_into_an_array_of_their_own() -> None:
     assert decode_stage_module.join_samples([np.zeros(0, np.float32)]).shape == (0,)
 
 
-def _round_in_flight(model, monkeypatch: pytest.MonkeyPatch, during) -> tuple:
-    """On a clock that stands still (`in_hand_s` 0.2, `join_waiting` on): `ahead` has 0.24 s in hand, `running` a
+def _round_in_flight(
+    model, monkeypatch: pytest.MonkeyPatch, during, urgent: UrgentChunks | None = None
+) -> tuple:
+    """On a clock that stands still (`in_hand_s` 0.2, `join_waiting` on, or `urgent`): `ahead` has 0.24 s in hand, `running` a
     13-frame chunk due (passes of 1, 4 and 8 frames). `during(stage, streams, feed)` runs as the
     round's first pass starts, as the scheduler's thread would. Returns the passes (names,
     frames), the chunks in delivery order (name, pcm), the streams and their codes."""
@@ -325,7 +327,7 @@ def _round_in_flight(model, monkeypatch: pytest.MonkeyPatch, during) -> tuple:
         model.decoder,
         slots=4,
         chunks=ChunkSchedule(1, (1,)),
-        urgent=UrgentChunks(in_hand_s=0.2, join_waiting=True),
+        urgent=urgent or UrgentChunks(in_hand_s=0.2, join_waiting=True),
     )
     voice = model.voice(speaker="vivian")
     names = ("running", "ahead", "new")
@@ -401,6 +403,47 @@ def test_a_new_stream_s_first_chunk_joins_the_round_in_flight(
     np.testing.assert_allclose(
         pcm["ahead"], _whole(model, codes["ahead"][:4])[3 * SAMPLES_PER_FRAME :], atol=1e-5
     )
+
+
+def _ahead_ends(stage, streams, feed) -> None:
+    """During the round: `ahead` gets its last frame and its talker's end."""
+    feed("ahead")
+    stage.close(streams["ahead"], "end", 4, 9)
+
+
+def test_an_ended_stream_s_last_chunk_joins_the_round_in_flight_with_join_final(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `join_final`, `ahead`'s last frame, whose talker ended while the round ran, is decoded
+    in the round's next pass though its listener has 0.24 s in hand, and its stream is finished
+    before the round's own 4- and 8-frame passes; without it, that chunk waits for the next round."""
+    model = tiny_models["custom_voice"]
+    joins = UrgentChunks(in_hand_s=0.2, join_waiting=True, join_final=True)
+    stage, calls, heard, streams, codes = _round_in_flight(model, monkeypatch, _ahead_ends, joins)
+    assert calls == [(["running"], 1), (["ahead"], 1), (["running"], 4), (["running"], 8)]
+    assert [name for name, _ in heard] == ["ahead", "running"]
+    result = streams["ahead"].result
+    assert result is not None and (result.reason, result.samples_delivered) == ("end", 4 * SAMPLES_PER_FRAME)
+    assert stage.metrics.registry.get_sample_value("voicewire_engine_decode_round_joined_sum") == 1
+    np.testing.assert_allclose(
+        dict(heard)["ahead"], _whole(model, codes["ahead"][:4])[3 * SAMPLES_PER_FRAME :], atol=1e-5
+    )
+
+    stage, calls, heard, _, _ = _round_in_flight(model, monkeypatch, _ahead_ends)
+    assert calls == [(["running"], 1), (["running"], 4), (["running"], 8), (["ahead"], 1)]
+    assert [name for name, _ in heard] == ["running", "ahead"]
+
+
+def test_ended_streams_last_chunks_wait_for_the_next_round_while_busy(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While more streams are open than `busy_streams` (two, over one), `join_final` lets no last
+    chunk in: a burst's rounds stay short."""
+    model = tiny_models["custom_voice"]
+    busy = UrgentChunks(in_hand_s=0.2, join_waiting=True, join_final=True, busy_streams=1, busy_bulk_rows=4)
+    _, calls, heard, _, _ = _round_in_flight(model, monkeypatch, _ahead_ends, busy)
+    assert calls == [(["running"], 1), (["running"], 4), (["running"], 8), (["ahead"], 1)]
+    assert [name for name, _ in heard] == ["running", "ahead"]
 
 
 def test_a_round_takes_joiners_only_early_on(tiny_models, monkeypatch: pytest.MonkeyPatch) -> None:
