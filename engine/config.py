@@ -131,7 +131,8 @@ class UrgentChunks:
     at 512 x 5 against 93-319 (session 68), so they stay first among the others, under the cap.
     With `join_final` (and `join_waiting`), while no more than `busy_streams` are open, the last
     chunk of a stream whose talker ended during a round joins that round's next pass as a waiting
-    listener's does: its session's `done`, and in a closed loop the next session, then need not
+    listener's does (or, its frames all decoded already, its end goes out between two passes): its
+    session's `done`, and in a closed loop the next session, then need not
     wait for the next round (at 256 x 10 a final chunk came 100 ms after its stream's last frame on
     average, session 72). On trial."""
 

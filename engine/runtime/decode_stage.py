@@ -384,7 +384,8 @@ class DecoderStage:
         which let in every chunk short of `in_hand_s` between passes (no caps then), made first
         chunks later on every figure (docs/log/2026-11.md, "Urgent chunks and the decoder's
         priority"). With `join_final` (`_joins_final`), the last chunk of a stream whose talker
-        ended meanwhile joins too, however much its listener has in hand. The scheduler's messages
+        ended meanwhile joins too, however much its listener has in hand, and where its frames all
+        went in earlier rounds its end (the final, empty chunk) goes out at once. The scheduler's messages
         are applied here but the drop of a stream in the round, which frees a row that may be in
         flight: it waits for the round's end."""
         fed: set[int] = set()
@@ -411,12 +412,23 @@ class DecoderStage:
             decoding = self._streams.get(stream_id)
             if decoding is None or (stream_id not in ended and decoding.player.dry_at(now) > now):
                 continue
+            if stream_id in ended:
+                # Its last frames may have gone in an earlier round: its end goes out now.
+                self._deliver_marks(decoding)
+                if stream_id not in self._streams:
+                    continue
             n = decoding.due()
             if n:
                 joining.append(self._take(decoding, n))
                 self._in_round.add(stream_id)
         self._joined += len(joining)
         return joining
+
+    def _deliver_marks(self, decoding: _Decoding) -> None:
+        """The marks at the head of a stream's queue (none of its frames before them), in order,
+        until its close takes it away."""
+        while decoding.queue and isinstance(decoding.queue[0], _Mark) and decoding.stream.id in self._streams:
+            self._deliver_mark(decoding)
 
     def _joins_final(self) -> bool:
         """Whether ended streams' last chunks join the round in flight: `join_final`, while no more

@@ -434,6 +434,31 @@ def test_an_ended_stream_s_last_chunk_joins_the_round_in_flight_with_join_final(
     assert [name for name, _ in heard] == ["running", "ahead"]
 
 
+def test_an_ended_stream_whose_frames_were_decoded_ends_during_the_round_with_join_final(
+    tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ahead`'s frames all went in an earlier round; its talker's end, which comes while a round
+    runs, goes out then with `join_final` (an empty final chunk, its stream finished) and adds no
+    pass; without it, after the round."""
+    model = tiny_models["custom_voice"]
+
+    def ahead_ends(stage, streams, feed) -> None:
+        stage.close(streams["ahead"], "end", 3, 9)
+
+    joins = UrgentChunks(in_hand_s=0.2, join_waiting=True, join_final=True)
+    for urgent, order in ((joins, ["ahead", "running"]), (None, ["running", "ahead"])):
+        stage, calls, heard, streams, _ = _round_in_flight(model, monkeypatch, ahead_ends, urgent)
+        assert calls == [(["running"], 1), (["running"], 4), (["running"], 8)]
+        assert [name for name, _ in heard] == order
+        assert dict(heard)["ahead"].shape == (0,)
+        result = streams["ahead"].result
+        assert result is not None and (result.reason, result.samples_delivered) == (
+            "end",
+            3 * SAMPLES_PER_FRAME,
+        )
+        assert streams["ahead"].id not in stage._streams
+
+
 def test_ended_streams_last_chunks_wait_for_the_next_round_while_busy(
     tiny_models, monkeypatch: pytest.MonkeyPatch
 ) -> None:
