@@ -152,6 +152,7 @@ def test_arms_take_turns_on_one_engine(tiny_models, caplog: pytest.LogCaptureFix
         "urgent_rows": 0,
         "join_waiting": False,
         "join_for_s": 0.1,
+        "join_final": False,
         "shared_passes": False,
         "busy_streams": 0,
         "busy_bulk_rows": 0,
