@@ -132,9 +132,9 @@ class UrgentChunks:
     With `join_final` (and `join_waiting`), while no more than `busy_streams` are open, the last
     chunk of a stream whose talker ended during a round joins that round's next pass as a waiting
     listener's does (or, its frames all decoded already, its end goes out between two passes): its
-    session's `done`, and in a closed loop the next session, then need not
-    wait for the next round (at 256 x 10 a final chunk came 100 ms after its stream's last frame on
-    average, session 72). On trial."""
+    session's `done`, and in a closed loop the next session, then need not wait for the next round
+    (at 256 x 10 a final chunk came 100 ms after its stream's last frame on average, session 72).
+    On trial."""
 
     in_hand_s: float = 0.0
     bulk_rows: int = 0  # 0: a round takes every due chunk

@@ -385,9 +385,9 @@ class DecoderStage:
         chunks later on every figure (docs/log/2026-11.md, "Urgent chunks and the decoder's
         priority"). With `join_final` (`_joins_final`), the last chunk of a stream whose talker
         ended meanwhile joins too, however much its listener has in hand, and where its frames all
-        went in earlier rounds its end (the final, empty chunk) goes out at once. The scheduler's messages
-        are applied here but the drop of a stream in the round, which frees a row that may be in
-        flight: it waits for the round's end."""
+        went in earlier rounds its end (the final, empty chunk) goes out at once. The scheduler's
+        messages are applied here but the drop of a stream in the round, which frees a row that
+        may be in flight: it waits for the round's end."""
         fed: set[int] = set()
         ended: set[int] = set()  # streams whose talker ended meanwhile (with `join_final`)
         while True:
