@@ -49,8 +49,8 @@ def create_app(
     it when it shuts down (`voicewire serve`). Stored voices live in `config.data_dir` (opened on
     first use)."""
     config = config or ServerConfig()
-    executor = CodecPool(config.codec_thread_count, nice=config.codec_nice)
     metrics = Metrics(engine.registry)
+    executor = CodecPool(config.codec_thread_count, nice=config.codec_nice, on_job=metrics.codec_job)
     auth = Auth(config)
     library = VoiceLibrary(engine, config.voice_folder, config.voices, metrics, shared=auth.open)
     speech, voices = speech_endpoints(engine, metrics, library)

@@ -21,28 +21,49 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-# A job queued: (deadline, sequence, its future, the work); sequence keeps equal deadlines in the
-# order they came and is never equal, so the heap never compares futures.
-_Job = tuple[float, int, "Future[Any] | None", "Callable[[], Any] | None"]
+# A job queued: (deadline, sequence, when it was queued, its future, the work); sequence keeps
+# equal deadlines in the order they came and is never equal, so the heap never compares futures.
+_Job = tuple[float, int, float, "Future[Any] | None", "Callable[[], Any] | None"]
+
+
+@dataclass(frozen=True)
+class JobTimes:
+    """How one job went (seconds): `late`, how long after it was due it started (from when it was
+    queued, if it was due before that; 0 if it started early), which the pool's load sets; `run`,
+    its wall time; `stalled`, the part of `run` its thread did not run on a CPU: waits for the GIL
+    (behind the worker's event loop) and for a CPU."""
+
+    late: float
+    run: float
+    stalled: float
 
 
 class CodecPool(Executor):
     """`threads` threads named `{name}_{i}` (metrics.thread_group counts their CPU under `name`'s
     group) that run the queued job with the earliest deadline (`time.monotonic()` seconds).
     `submit`, as an `Executor` (and `loop.run_in_executor`), queues a job due now. With `nice`
-    above 0 (Linux), the threads run that much nicer than the process (ServerConfig.codec_nice)."""
+    above 0 (Linux), the threads run that much nicer than the process (ServerConfig.codec_nice).
+    `on_job`, if given, hears each job's `JobTimes` from the thread that ran it."""
 
-    def __init__(self, threads: int, name: str = "voicewire-codec", nice: int = 0) -> None:
+    def __init__(
+        self,
+        threads: int,
+        name: str = "voicewire-codec",
+        nice: int = 0,
+        on_job: Callable[[JobTimes], None] | None = None,
+    ) -> None:
         if threads < 1:
             raise ValueError(f"a codec pool needs a thread; got {threads}")
         if not 0 <= nice <= 19:
             raise ValueError(f"a codec pool's nice is 0-19; got {nice}")
         self._nice = nice
+        self._on_job = on_job
         self._queue: list[_Job] = []
         self._ready = threading.Condition()
         self._order = itertools.count()
@@ -59,7 +80,8 @@ class CodecPool(Executor):
         with self._ready:
             if self._closed:
                 raise RuntimeError("the codec pool is shut down")
-            heapq.heappush(self._queue, (deadline, next(self._order), future, functools.partial(fn, *args)))
+            job = (deadline, next(self._order), time.monotonic(), future, functools.partial(fn, *args))
+            heapq.heappush(self._queue, job)
             self._ready.notify()
         return future
 
@@ -73,13 +95,13 @@ class CodecPool(Executor):
             if not self._closed:
                 self._closed = True
                 if cancel_futures:
-                    for _, _, future, _ in self._queue:
+                    for _, _, _, future, _ in self._queue:
                         if future is not None:
                             future.cancel()
                     self._queue.clear()
                 # One stop for each thread, due after every job.
                 for _ in self._threads:
-                    heapq.heappush(self._queue, (float("inf"), next(self._order), None, None))
+                    heapq.heappush(self._queue, (float("inf"), next(self._order), 0.0, None, None))
                 self._ready.notify_all()
         if wait:
             for thread in self._threads:
@@ -92,17 +114,25 @@ class CodecPool(Executor):
             with self._ready:
                 while not self._queue:
                     self._ready.wait()
-                _, _, future, work = heapq.heappop(self._queue)
+                deadline, _, queued, future, work = heapq.heappop(self._queue)
             if future is None or work is None:
                 return
             if not future.set_running_or_notify_cancel():
                 continue
+            started, cpu = time.monotonic(), time.thread_time()
+            error: BaseException | None = None
             try:
                 result = work()
             except BaseException as exc:  # the caller's to handle, as concurrent.futures does
-                future.set_exception(exc)
+                error = exc
+            run, used = time.monotonic() - started, time.thread_time() - cpu
+            if error is not None:
+                future.set_exception(error)
             else:
                 future.set_result(result)
+            if self._on_job is not None:
+                late = max(0.0, started - max(queued, deadline))
+                self._on_job(JobTimes(late, run, max(0.0, run - used)))
 
     def _renice(self) -> None:
         """This thread `nice` steps below the process. Linux keeps a niceness per thread (its

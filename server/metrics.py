@@ -10,6 +10,7 @@ import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
+from voicewire.server.codec_pool import JobTimes
 from voicewire.server.metrics_dir import MULTIPROCESS_DIR
 
 LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
@@ -38,6 +39,11 @@ SERVER_HISTOGRAMS = {
     # The engine's player again where the audio is queued for the socket, and where it is written.
     "queued_player_gap_ms": "voicewire_queued_player_gap_seconds",
     "socket_player_gap_ms": "voicewire_socket_player_gap_seconds",
+    # The codec threads' jobs (server.codec_pool.JobTimes): started past their due time (the
+    # threads too few or too busy), and their run, with the part spent off a CPU (the GIL).
+    "codec_late_ms": "voicewire_codec_late_seconds",
+    "codec_run_ms": "voicewire_codec_run_seconds",
+    "codec_stalled_ms": "voicewire_codec_stalled_seconds",
 }
 
 
@@ -126,6 +132,21 @@ class Metrics:
             "queues it for the socket: after IPC and Opus, before the send loop",
             HOST_PATH_BUCKETS,
         )
+        self.codec_late = self._histogram(
+            "voicewire_codec_late_seconds",
+            "How long after it was due a codec job (a chunk's Opus, resampling, stretch) started: "
+            "waits behind earlier-due jobs, not the deadline order's own wait",
+            HOP_BUCKETS,
+        )
+        self.codec_run = self._histogram(
+            "voicewire_codec_run_seconds", "A codec job's wall time, from its start to its end", HOP_BUCKETS
+        )
+        self.codec_stalled = self._histogram(
+            "voicewire_codec_stalled_seconds",
+            "The part of a codec job's run its thread spent off a CPU: waiting for the GIL (behind "
+            "its worker's event loop) or for a CPU",
+            HOP_BUCKETS,
+        )
         self.socket_player_gap = self._histogram(
             "voicewire_socket_player_gap_seconds",
             "Gaps a player with a 200 ms start buffer would hear in a context's audio as the server "
@@ -189,6 +210,12 @@ class Metrics:
             "Computing a voice from reference audio: the x-vector, and the reference codes in context",
             LATENCY_BUCKETS,
         )
+
+    def codec_job(self, times: JobTimes) -> None:
+        """One codec job's times (`CodecPool`'s `on_job`, from its thread)."""
+        self.codec_late.observe(times.late)
+        self.codec_run.observe(times.run)
+        self.codec_stalled.observe(times.stalled)
 
     def render(self) -> bytes:
         if MULTIPROCESS_DIR not in os.environ:

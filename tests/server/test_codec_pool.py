@@ -11,7 +11,7 @@ import pytest
 
 from tests.server.conftest import running_server
 from voicewire.engine.runtime.metrics import thread_group
-from voicewire.server.codec_pool import CodecPool
+from voicewire.server.codec_pool import CodecPool, JobTimes
 from voicewire.server.config import ServerConfig
 
 
@@ -156,3 +156,33 @@ def test_a_server_s_codec_threads_take_the_profile_s_nice(tiny_models) -> None:
                 break
             time.sleep(0.01)
     assert nice == [base + 3] * 2
+
+
+def test_each_job_reports_how_late_it_started_its_run_and_its_time_off_a_cpu() -> None:
+    """Held 0.2 s behind a blocked thread, a job due a second ago started at least 0.2 s late
+    (from when it was queued), and one due in a minute started early (0); a job that sleeps 0.1 s
+    ran at least that long, off a CPU; one that spins 0.05 s on its thread used a CPU for most of
+    it. Times are bounds from below, which no slow machine breaks."""
+    heard: list[JobTimes] = []
+    pool = CodecPool(1, on_job=heard.append)
+    release = _blocked(pool)
+    now = time.monotonic()
+    overdue = pool.submit_due(now - 1, time.sleep, 0.1)
+    early = pool.submit_due(now + 60, lambda: None)
+
+    def spin() -> None:
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:
+            pass
+
+    spinning = pool.submit_due(now + 30, spin)
+    time.sleep(0.2)
+    release.set()
+    for future in (overdue, spinning, early):
+        future.result(5)
+    pool.shutdown()
+    held, slept, spun, idle = heard
+    assert held.run >= 0.2 and held.stalled >= 0.19  # the blocking job waits on an event, off a CPU
+    assert slept.late >= 0.2 and slept.run >= 0.1 and slept.stalled >= 0.09
+    assert spun.late == 0.0 and spun.run >= 0.05 and spun.stalled <= spun.run - 0.05
+    assert idle.late == 0.0 and 0.0 <= idle.stalled <= idle.run

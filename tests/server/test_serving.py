@@ -229,6 +229,11 @@ def test_serve_with_workers(tiny_checkpoints, tmp_path: Path, workers: int) -> N
                 metrics["voicewire_chunk_delivery_seconds_sum"], abs=1e-6
             )
             assert all(metrics[f"voicewire_chunk_{hop}_seconds_sum"] >= 0 for hop in hops)
+            # Each chunk's packets are a codec job, each job timed three ways (server.codec_pool).
+            jobs = metrics["voicewire_codec_run_seconds_count"]
+            assert jobs >= delivered
+            times = ("late", "stalled")
+            assert [metrics[f"voicewire_codec_{name}_seconds_count"] for name in times] == [jobs] * 2
             # Each context's first chunk again, alone: one a context, its encoding part of it.
             assert metrics["voicewire_first_chunk_delivery_seconds_count"] == 6
             assert metrics["voicewire_first_chunk_encode_seconds_count"] == 6
